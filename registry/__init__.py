@@ -1,0 +1,1 @@
+"""Toolroom's control plane: the Django project and the apps that own every model and rule."""

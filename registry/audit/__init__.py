@@ -1,0 +1,1 @@
+"""The append-only audit trail: every admin decision and every gateway call."""

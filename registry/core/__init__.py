@@ -1,0 +1,1 @@
+"""Pieces every Toolroom app shares: errors, encrypted fields, network guard, canonical JSON."""

@@ -1,0 +1,136 @@
+"""The guard in front of every MCP server URL: which schemes, hosts and addresses may be reached.
+
+Two checks use the same address policy. At registration (`check_server_url`) a URL is refused
+when its scheme is not http(s), it carries credentials, or its host is an address or a well-known
+name inside a private, loopback, link-local, metadata or otherwise non-global network. Host names
+are not resolved then (the registry may not see the network the workers see); the workers check
+every address a name resolves to when they connect (`check_resolved_address`), which also defeats
+DNS rebinding. Networks listed in TOOLROOM_ALLOWED_NETWORKS are let through.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Names that always mean an internal address, whatever DNS says.
+_LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+_METADATA_NAMES = ("metadata", "metadata.google.internal", "instance-data",
+                   "instance-data.ec2.internal")
+_METADATA_ADDRESS = ipaddress.ip_address("169.254.169.254")
+
+
+class UnsafeUrlError(ValueError):
+    """The URL may not be used for an MCP server; the message says why, for an admin."""
+
+
+def parse_networks(values: Iterable[str]) -> list[IPNetwork]:
+    networks: list[IPNetwork] = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value.strip(), strict=False))
+        except ValueError as exc:
+            raise UnsafeUrlError(f"{value!r} in TOOLROOM_ALLOWED_NETWORKS is not a network") from exc
+    return networks
+
+
+def host_as_address(host: str) -> IPAddress | None:
+    """The address a host string denotes by itself, or None for a name that needs DNS.
+
+    Accepts the forms HTTP clients accept and attackers use to dodge naive checks: bracketed
+    IPv6, and IPv4 written as one integer, in hex, in octal or with fewer than four parts.
+    """
+    host = host.strip("[]")
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        pass
+    if host and all(part and (part.isdigit() or part.lower().startswith("0x"))
+                    for part in host.split(".")):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+def address_is_internal(address: IPAddress) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return (not address.is_global) or address.is_multicast
+
+
+def address_allowed(address: IPAddress, allowed_networks: Iterable[IPNetwork]) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if any(address.version == net.version and address in net for net in allowed_networks):
+        return True
+    return not address_is_internal(address)
+
+
+def _describe(address: IPAddress) -> str:
+    if address == _METADATA_ADDRESS:
+        return "a cloud metadata address"
+    if address.is_loopback:
+        return "a loopback address"
+    if address.is_link_local:
+        return "a link-local address"
+    if address.is_private:
+        return "a private address"
+    if address.is_multicast:
+        return "a multicast address"
+    return "a reserved or non-global address"
+
+
+def check_server_url(url: str, *, allowed_networks: Iterable[str]) -> str:
+    """Return the URL if an MCP server may live there, else raise UnsafeUrlError."""
+    networks = parse_networks(allowed_networks)
+    if not url or url != url.strip() or any(ord(ch) < 0x21 for ch in url):
+        raise UnsafeUrlError("The URL must not be empty or contain spaces or control characters.")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise UnsafeUrlError(f"The URL is malformed: {exc}.") from exc
+    if parts.scheme.lower() not in ("http", "https"):
+        raise UnsafeUrlError(
+            f"Only http:// and https:// URLs can reach an MCP server, not {parts.scheme or 'no'}"
+            " scheme."
+        )
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise UnsafeUrlError(
+            "The URL carries credentials; put them in the server's headers, which are "
+            "encrypted at rest, not in the URL."
+        )
+    host = (parts.hostname or "").rstrip(".").lower()
+    if not host:
+        raise UnsafeUrlError("The URL has no host.")
+    if port == 0:
+        raise UnsafeUrlError("The URL's port must be between 1 and 65535.")
+    address = host_as_address(host)
+    if address is None:
+        if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
+            address = ipaddress.ip_address("127.0.0.1")
+        elif host in _METADATA_NAMES:
+            address = _METADATA_ADDRESS
+    if address is not None and not address_allowed(address, networks):
+        raise UnsafeUrlError(
+            f"The URL's host {host} is {_describe(address)}; such networks are refused unless "
+            "TOOLROOM_ALLOWED_NETWORKS lists them."
+        )
+    return url
+
+
+def check_resolved_address(address: str, *, allowed_networks: Iterable[str]) -> None:
+    """Raise UnsafeUrlError unless a resolved peer address may be connected to."""
+    parsed = ipaddress.ip_address(address.split("%", 1)[0])
+    if not address_allowed(parsed, parse_networks(allowed_networks)):
+        raise UnsafeUrlError(
+            f"Refused to connect to {address}: {_describe(parsed)}, not in "
+            "TOOLROOM_ALLOWED_NETWORKS."
+        )

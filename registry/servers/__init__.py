@@ -1,0 +1,1 @@
+"""MCP servers and their tools: registration, vetting, approvals pinned to definition hashes."""

@@ -1,0 +1,733 @@
+"""Every state change of servers and tools: each validates, runs in a transaction, and audits.
+
+Admin actions, the API, management commands and worker tasks all call these; none of them
+changes a server's review status or a tool's approval by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from registry.audit.services import Actor, actor_label, audit_record
+from registry.core.errors import ApplicationError
+from registry.servers.models import (
+    ApprovalEndReason,
+    ApprovalState,
+    McpServer,
+    PermissionClass,
+    ReviewStatus,
+    ServerPrompt,
+    ServerResource,
+    ServerStatus,
+    Tool,
+    ToolApproval,
+    ToolRevision,
+)
+from registry.servers.policy import (
+    NETWORK_STRICTNESS,
+    is_sensitivity_decrease,
+    is_trust_increase,
+    tier_policy,
+)
+from registry.servers.tool_definitions import ToolDefinition, derive_permission_class
+
+# Fields an admin (or an import) may set on a server. Review status, runtime state and tools are
+# changed only by their own services.
+SERVER_EDITABLE_FIELDS = frozenset(
+    {
+        "slug", "name", "description", "category", "version", "homepage_url", "repository_url",
+        "trust_tier", "transport", "command", "working_directory", "url", "env", "headers",
+        "package_registry", "package_identifier", "package_version", "image",
+        "data_sensitivity", "isolation", "network_mode", "egress_allowlist", "memory_limit_mb",
+        "cpu_limit", "pids_limit", "health_check_method", "health_check_tool",
+        "health_check_arguments", "health_check_interval_seconds",
+        "health_check_timeout_seconds", "health_failure_threshold", "auto_start",
+        "restart_policy", "restart_max_attempts",
+    }
+)
+SECRET_FIELDS = frozenset({"env", "headers"})
+# Changing what runs, or where it may reach, after approval sends the server back to review.
+LAUNCH_FIELDS = frozenset(
+    {"transport", "command", "working_directory", "url", "package_registry",
+     "package_identifier", "package_version", "image"}
+)
+REVIEWED_STATUSES = (ReviewStatus.APPROVED, ReviewStatus.SUSPENDED)
+
+
+def _field_value(server: McpServer, name: str) -> Any:
+    if name == "category":
+        return server.category.slug if server.category_id else None  # type: ignore[union-attr]
+    value = getattr(server, name)
+    if name in SECRET_FIELDS:
+        # Audit records which secrets exist, never their values.
+        return sorted((value or {}).keys())
+    if hasattr(value, "as_tuple"):  # Decimal
+        return str(value)
+    return value
+
+
+def _snapshot(server: McpServer, fields: Iterable[str]) -> dict[str, Any]:
+    return {name: _field_value(server, name) for name in fields}
+
+
+def _as_validation_application_error(exc: ValidationError) -> ApplicationError:
+    if hasattr(exc, "error_dict"):
+        first_field, messages = next(iter(exc.message_dict.items()))
+        text = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in exc.message_dict.items())
+        return ApplicationError(text, field=first_field, extra={"fields": exc.message_dict})
+    return ApplicationError(" ".join(exc.messages))
+
+
+def _loosening_changes(before: McpServer, after: McpServer, changed: set[str]) -> list[str]:
+    """The changes that make an already reviewed server run something else or reach further."""
+    reasons = sorted(changed & LAUNCH_FIELDS)
+    if "trust_tier" in changed and is_trust_increase(before.trust_tier, after.trust_tier):
+        reasons.append("trust_tier")
+    if "data_sensitivity" in changed and is_sensitivity_decrease(
+        before.data_sensitivity, after.data_sensitivity
+    ):
+        reasons.append("data_sensitivity")
+    if "isolation" in changed and after.isolation == "local":
+        reasons.append("isolation")
+    if "network_mode" in changed and NETWORK_STRICTNESS.index(
+        after.network_mode  # type: ignore[arg-type]
+    ) > NETWORK_STRICTNESS.index(before.network_mode):  # type: ignore[arg-type]
+        reasons.append("network_mode")
+    if "egress_allowlist" in changed and set(after.egress_allowlist) - set(
+        before.egress_allowlist
+    ):
+        reasons.append("egress_allowlist")
+    return reasons
+
+
+@transaction.atomic
+def server_create(*, actor: Actor, **fields: Any) -> McpServer:
+    unknown = set(fields) - SERVER_EDITABLE_FIELDS
+    if unknown:
+        raise ApplicationError(f"Unknown server fields: {', '.join(sorted(unknown))}.")
+    server = McpServer(**fields)
+    try:
+        server.full_clean()
+    except ValidationError as exc:
+        raise _as_validation_application_error(exc) from exc
+    server.save()
+    ServerStatus.objects.create(server=server)
+    audit_record(
+        actor=actor,
+        action="server.created",
+        target=server,
+        server=server,
+        summary=f"Registered {server.name} ({server.get_transport_display()}, "
+        f"{server.get_trust_tier_display()} tier) as a draft.",
+        after=_snapshot(server, sorted(fields)),
+    )
+    return server
+
+
+@transaction.atomic
+def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]) -> McpServer:
+    """Apply `changes` (field -> new value). A loosening change to a reviewed server sends it
+    back to review."""
+    unknown = set(changes) - SERVER_EDITABLE_FIELDS
+    if unknown:
+        raise ApplicationError(f"These server fields cannot be edited: {', '.join(sorted(unknown))}.")
+    locked = McpServer.objects.select_for_update().select_related("category").get(pk=server.pk)
+    original = McpServer.objects.select_related("category").get(pk=server.pk)
+    for name, value in changes.items():
+        setattr(locked, name, value)
+    try:
+        locked.full_clean()
+    except ValidationError as exc:
+        raise _as_validation_application_error(exc) from exc
+
+    changed = {
+        name for name in changes if _raw(original, name) != _raw(locked, name)
+    }
+    if not changed:
+        return locked
+    update_fields = set(changed)
+    loosened = (
+        _loosening_changes(original, locked, changed)
+        if original.review_status in REVIEWED_STATUSES
+        else []
+    )
+    if loosened:
+        locked.review_status = ReviewStatus.PENDING_REVIEW
+        locked.review_note = f"Sent back to review after changes to {', '.join(loosened)}."
+        update_fields |= {"review_status", "review_note"}
+    locked.save(update_fields=[*update_fields, "updated_at", "isolation"])
+    audit_record(
+        actor=actor,
+        action="server.updated",
+        target=locked,
+        server=locked,
+        summary=f"Changed {', '.join(sorted(changed))} of {locked.name}."
+        + (f" It goes back to review ({', '.join(loosened)} loosened)." if loosened else ""),
+        before=_snapshot(original, sorted(changed)),
+        after=_snapshot(locked, sorted(changed)),
+        details={"back_to_review": loosened} if loosened else {},
+    )
+    if loosened:
+        audit_record(
+            actor=actor,
+            action="server.sent_back_to_review",
+            target=locked,
+            server=locked,
+            summary=f"{locked.name} needs a new review: {', '.join(loosened)} changed.",
+            before={"review_status": original.review_status},
+            after={"review_status": locked.review_status},
+        )
+    return locked
+
+
+def _raw(server: McpServer, name: str) -> Any:
+    if name == "category":
+        return server.category_id
+    return getattr(server, name)
+
+
+# --- Review status -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Transition:
+    action: str
+    sources: tuple[ReviewStatus, ...]
+    target: ReviewStatus
+    verb: str
+    reason_required: bool = False
+
+
+TRANSITIONS = {
+    "submit": Transition(
+        "submit", (ReviewStatus.DRAFT, ReviewStatus.REJECTED), ReviewStatus.PENDING_REVIEW,
+        "submitted for review",
+    ),
+    "approve": Transition(
+        "approve", (ReviewStatus.PENDING_REVIEW, ReviewStatus.SUSPENDED), ReviewStatus.APPROVED,
+        "approved",
+    ),
+    "reject": Transition(
+        "reject", (ReviewStatus.PENDING_REVIEW,), ReviewStatus.REJECTED, "rejected",
+        reason_required=True,
+    ),
+    "suspend": Transition(
+        "suspend", (ReviewStatus.APPROVED,), ReviewStatus.SUSPENDED, "suspended",
+        reason_required=True,
+    ),
+    "retire": Transition(
+        "retire",
+        tuple(s for s in ReviewStatus if s != ReviewStatus.RETIRED),
+        ReviewStatus.RETIRED,
+        "retired",
+    ),
+}
+
+
+def server_transition_allowed(server: McpServer, action: str) -> bool:
+    return server.review_status in TRANSITIONS[action].sources
+
+
+@transaction.atomic
+def _server_transition(
+    *, actor: Actor, server: McpServer, action: str, reason: str = ""
+) -> McpServer:
+    transition = TRANSITIONS[action]
+    locked = McpServer.objects.select_for_update().get(pk=server.pk)
+    current = ReviewStatus(locked.review_status)
+    if current not in transition.sources:
+        allowed_from = ", ".join(s.label.lower() for s in transition.sources)
+        raise ApplicationError(
+            f"{locked.name} is {current.label.lower()}; only a server that is {allowed_from} "
+            f"can be {transition.verb}."
+        )
+    reason = reason.strip()
+    if transition.reason_required and not reason:
+        raise ApplicationError(f"Give a reason why {locked.name} is {transition.verb}.",
+                               field="reason")
+    if action == "approve":
+        _check_approval_requirements(locked, reason)
+    locked.review_status = transition.target
+    locked.review_note = reason
+    locked.reviewed_at = timezone.now()
+    locked.reviewed_by = actor if isinstance(actor, AbstractBaseUser) else None  # type: ignore[assignment]
+    locked.save(update_fields=["review_status", "review_note", "reviewed_at", "reviewed_by",
+                               "updated_at"])
+    audit_record(
+        actor=actor,
+        action=f"server.{transition.target.value}",
+        target=locked,
+        server=locked,
+        summary=f"{locked.name} {transition.verb}" + (f": {reason}" if reason else "."),
+        before={"review_status": current.value},
+        after={"review_status": transition.target.value},
+        details={"reason": reason} if reason else {},
+    )
+    return locked
+
+
+def _check_approval_requirements(server: McpServer, note: str) -> None:
+    policy = tier_policy(server.trust_tier)
+    tier = server.get_trust_tier_display()
+    if policy.approval_note_required and not note:
+        raise ApplicationError(
+            f"Approving a {tier} server needs a note saying what was reviewed.", field="reason"
+        )
+    if policy.vetting_report_required:
+        status = ServerStatus.objects.filter(server=server).first()
+        if status is None or status.last_discovered_at is None or status.last_discovery_error:
+            raise ApplicationError(
+                f"A {tier} server needs a vetting report from a successful discovery before it "
+                "can be approved; run discovery and read the report first."
+            )
+
+
+def server_submit_for_review(*, actor: Actor, server: McpServer) -> McpServer:
+    return _server_transition(actor=actor, server=server, action="submit")
+
+
+def server_approve(*, actor: Actor, server: McpServer, note: str = "") -> McpServer:
+    return _server_transition(actor=actor, server=server, action="approve", reason=note)
+
+
+def server_reject(*, actor: Actor, server: McpServer, reason: str) -> McpServer:
+    return _server_transition(actor=actor, server=server, action="reject", reason=reason)
+
+
+def server_suspend(*, actor: Actor, server: McpServer, reason: str) -> McpServer:
+    return _server_transition(actor=actor, server=server, action="suspend", reason=reason)
+
+
+def server_retire(*, actor: Actor, server: McpServer, reason: str = "") -> McpServer:
+    return _server_transition(actor=actor, server=server, action="retire", reason=reason)
+
+
+# --- Tool approvals --------------------------------------------------------------------------------
+
+
+def _end_active_approval(
+    tool: Tool, *, reason: ApprovalEndReason, by: str, note: str = ""
+) -> ToolApproval | None:
+    approval = ToolApproval.objects.filter(tool=tool, ended_at__isnull=True).first()
+    if approval is None:
+        return None
+    approval.ended_at = timezone.now()
+    approval.ended_by_label = by
+    approval.end_reason = reason
+    approval.end_note = note
+    approval.save(update_fields=["ended_at", "ended_by_label", "end_reason", "end_note"])
+    return approval
+
+
+@transaction.atomic
+def tool_approve(
+    *,
+    actor: Actor,
+    tool: Tool,
+    note: str = "",
+    acknowledge_findings: bool = False,
+    expected_hash: str | None = None,
+) -> ToolApproval:
+    """Approve the tool's current definition. `expected_hash` is the hash the admin reviewed:
+    if the server changed the definition since, nothing is approved."""
+    locked = Tool.objects.select_for_update().select_related("server").get(pk=tool.pk)
+    if locked.removed_at is not None:
+        raise ApplicationError(f"{locked} is no longer offered by its server.")
+    if locked.server.review_status in (ReviewStatus.RETIRED, ReviewStatus.REJECTED):
+        raise ApplicationError(
+            f"{locked.server.name} is {locked.server.get_review_status_display().lower()}; "
+            "its tools cannot be approved."
+        )
+    if expected_hash is not None and expected_hash != locked.definition_hash:
+        raise ApplicationError(
+            f"The definition of {locked} changed while you were reviewing it; read the new "
+            "definition before approving."
+        )
+    if locked.is_approved:
+        raise ApplicationError(f"{locked} is already approved at its current definition.")
+    if locked.findings and not acknowledge_findings:
+        raise ApplicationError(
+            f"The scanner flagged {locked} ({len(locked.findings)} finding(s)); approve it on its "
+            "own page after reading them, confirming that you did.",
+            field="acknowledge_findings",
+        )
+    label = actor_label(actor)
+    _end_active_approval(locked, reason=ApprovalEndReason.DEFINITION_CHANGED, by=label)
+    approval = ToolApproval.objects.create(
+        tool=locked,
+        definition_hash=locked.definition_hash,
+        approved_by=actor if isinstance(actor, AbstractBaseUser) else None,
+        approver_label=label,
+        note=note.strip(),
+        acknowledged_findings=locked.findings if acknowledge_findings else [],
+    )
+    previous_state = locked.approval_state
+    locked.approval_state = ApprovalState.APPROVED
+    locked.approved_definition_hash = locked.definition_hash
+    locked.save(update_fields=["approval_state", "approved_definition_hash"])
+    audit_record(
+        actor=actor,
+        action="tool.approved",
+        target=locked,
+        server=locked.server,
+        summary=f"Approved {locked} at definition {locked.definition_hash[:12]}"
+        + (f": {note.strip()}" if note.strip() else "."),
+        before={"approval_state": previous_state},
+        after={"approval_state": locked.approval_state, "definition_hash": locked.definition_hash},
+        details={"acknowledged_findings": approval.acknowledged_findings} if locked.findings else {},
+    )
+    return approval
+
+
+@dataclass
+class BulkApprovalResult:
+    approved: list[Tool] = field(default_factory=list)
+    skipped: list[tuple[Tool, str]] = field(default_factory=list)
+
+
+def tools_approve_bulk(*, actor: Actor, tools: Iterable[Tool], note: str = "") -> BulkApprovalResult:
+    """Approve many tools at their current hashes; tools with scanner findings are never
+    approved in bulk, each must be read and approved on its own."""
+    result = BulkApprovalResult()
+    for tool in tools:
+        if tool.findings:
+            result.skipped.append((tool, "has scanner findings; approve it on its own page"))
+            continue
+        try:
+            tool_approve(actor=actor, tool=tool, note=note)
+        except ApplicationError as exc:
+            result.skipped.append((tool, exc.message))
+        else:
+            result.approved.append(tool)
+    return result
+
+
+@transaction.atomic
+def tool_revoke(*, actor: Actor, tool: Tool, reason: str) -> Tool:
+    locked = Tool.objects.select_for_update().select_related("server").get(pk=tool.pk)
+    reason = reason.strip()
+    if not reason:
+        raise ApplicationError(f"Give a reason for revoking {locked}.", field="reason")
+    if locked.approval_state != ApprovalState.APPROVED:
+        raise ApplicationError(f"{locked} is not approved.")
+    _end_active_approval(
+        locked, reason=ApprovalEndReason.REVOKED, by=actor_label(actor), note=reason
+    )
+    locked.approval_state = ApprovalState.REVOKED
+    locked.approved_definition_hash = ""
+    locked.save(update_fields=["approval_state", "approved_definition_hash"])
+    audit_record(
+        actor=actor,
+        action="tool.revoked",
+        target=locked,
+        server=locked.server,
+        summary=f"Revoked the approval of {locked}: {reason}",
+        before={"approval_state": ApprovalState.APPROVED},
+        after={"approval_state": ApprovalState.REVOKED},
+        details={"reason": reason},
+    )
+    return locked
+
+
+@transaction.atomic
+def tool_set_permission_class(
+    *, actor: Actor, tool: Tool, permission_class: str
+) -> Tool:
+    """Override the permission class the annotations imply; an empty value removes the override."""
+    if permission_class and permission_class not in PermissionClass.values:
+        raise ApplicationError(
+            f"{permission_class!r} is not a permission class "
+            f"({', '.join(PermissionClass.values)}).",
+            field="permission_class",
+        )
+    locked = Tool.objects.select_for_update().select_related("server").get(pk=tool.pk)
+    before = {"permission_class": locked.permission_class,
+              "override": locked.permission_class_override}
+    if locked.permission_class_override == permission_class:
+        return locked
+    locked.permission_class_override = permission_class
+    locked.save(update_fields=["permission_class_override"])
+    audit_record(
+        actor=actor,
+        action="tool.permission_class_set",
+        target=locked,
+        server=locked.server,
+        summary=f"{locked} is now a {locked.permission_class} tool"
+        + (" (set by an admin)." if permission_class else " (from its annotations)."),
+        before=before,
+        after={"permission_class": locked.permission_class, "override": permission_class},
+    )
+    return locked
+
+
+# --- Syncing what a server offers (called by discovery) ------------------------------------------
+
+
+class ToolListError(ApplicationError):
+    """What a server listed cannot be stored as tools (no name, not an object...)."""
+
+
+@dataclass
+class ToolSyncResult:
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    returned: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    approvals_dropped: list[str] = field(default_factory=list)
+
+
+def _check_tool_definitions(definitions: list[dict[str, Any]]) -> list[ToolDefinition]:
+    tools: list[ToolDefinition] = []
+    seen: set[str] = set()
+    for index, definition in enumerate(definitions):
+        if not isinstance(definition, dict):
+            raise ToolListError(f"Tool #{index + 1} is not an object.")
+        name = definition.get("name")
+        if not isinstance(name, str) or not name:
+            raise ToolListError(f"Tool #{index + 1} has no name.")
+        if len(name) > 200:
+            raise ToolListError(f"Tool #{index + 1} has a name longer than 200 characters.")
+        if name in seen:
+            raise ToolListError(f"The server lists the tool {name!r} twice.")
+        seen.add(name)
+        tools.append(ToolDefinition(definition))
+    return tools
+
+
+@transaction.atomic
+def server_tools_sync(
+    *,
+    server: McpServer,
+    tools: list[dict[str, Any]],
+    resources: list[dict[str, Any]] | None = None,
+    prompts: list[dict[str, Any]] | None = None,
+    findings: Mapping[str, list[dict[str, Any]]] | None = None,
+    actor: Actor = "worker:discovery",
+) -> ToolSyncResult:
+    """Make the stored tools match what the server just listed.
+
+    New tools start unapproved. A tool whose definition hash changed loses its approval at once
+    (the revision is kept for the diff, and the change is audited). Tools the server stopped
+    listing are marked removed. Resources and prompts are replaced by what was listed.
+    """
+    definitions = _check_tool_definitions(tools)
+    findings = findings or {}
+    now = timezone.now()
+    by = actor_label(actor)
+    result = ToolSyncResult()
+    existing = {tool.name: tool for tool in Tool.objects.select_for_update().filter(server=server)}
+    listed = {d.name for d in definitions}
+
+    to_create: list[Tool] = []
+    to_update: list[Tool] = []
+    new_revisions: list[ToolRevision] = []
+    changed_tools: list[tuple[Tool, str, str]] = []
+    for definition in definitions:
+        digest = definition.hash
+        tool_findings = list(findings.get(definition.name, []))
+        tool = existing.get(definition.name)
+        if tool is None:
+            tool = Tool(
+                server=server, name=definition.name, first_seen_at=now, last_seen_at=now,
+            )
+            _apply_definition(tool, definition, digest, tool_findings)
+            to_create.append(tool)
+            result.added.append(definition.name)
+            continue
+        tool.last_seen_at = now
+        dirty = False
+        if tool.removed_at is not None:
+            tool.removed_at = None
+            result.returned.append(tool.name)
+            dirty = True
+        if tool.definition_hash != digest:
+            old_hash = tool.definition_hash
+            _apply_definition(tool, definition, digest, tool_findings)
+            if tool.approval_state == ApprovalState.APPROVED:
+                tool.approval_state = ApprovalState.CHANGED
+                result.approvals_dropped.append(tool.name)
+            tool.approved_definition_hash = ""
+            changed_tools.append((tool, old_hash, digest))
+            new_revisions.append(ToolRevision(
+                tool=tool, definition_hash=digest, definition=definition.definition,
+                first_seen_at=now, last_seen_at=now,
+            ))
+            result.changed.append(tool.name)
+            dirty = True
+        elif tool.findings != tool_findings:
+            tool.findings = tool_findings
+            dirty = True
+        if dirty:
+            to_update.append(tool)
+        else:
+            result.unchanged += 1
+
+    removed = [
+        tool for name, tool in existing.items() if name not in listed and tool.removed_at is None
+    ]
+    for tool in removed:
+        tool.removed_at = now
+        if tool.approval_state == ApprovalState.APPROVED:
+            result.approvals_dropped.append(tool.name)
+        tool.approval_state = ApprovalState.UNAPPROVED
+        tool.approved_definition_hash = ""
+        result.removed.append(tool.name)
+    for tool in to_update + removed:
+        tool.permission_class = tool.permission_class_override or tool.permission_class_derived
+
+    if to_create:
+        for tool in to_create:
+            tool.permission_class = tool.permission_class_override or tool.permission_class_derived
+        Tool.objects.bulk_create(to_create, batch_size=500)
+        new_revisions.extend(
+            ToolRevision(
+                tool=tool, definition_hash=tool.definition_hash, definition=tool.definition,
+                first_seen_at=now, last_seen_at=now,
+            )
+            for tool in to_create
+        )
+    if to_update or removed:
+        Tool.objects.bulk_update(
+            to_update + removed,
+            ["title", "description", "input_schema", "output_schema", "annotations",
+             "definition", "definition_hash", "permission_class_derived", "permission_class",
+             "approval_state", "approved_definition_hash", "findings", "removed_at",
+             "last_seen_at"],
+            batch_size=500,
+        )
+    # Every tool still listed was seen now, changed or not.
+    Tool.objects.filter(server=server, removed_at__isnull=True).update(last_seen_at=now)
+    if new_revisions:
+        ToolRevision.objects.bulk_create(new_revisions, batch_size=500, ignore_conflicts=True)
+    ToolRevision.objects.filter(
+        tool__server=server, tool__removed_at__isnull=True,
+        definition_hash__in=[d.hash for d in definitions if d.name not in result.added],
+    ).update(last_seen_at=now)
+
+    dropped = set(result.approvals_dropped)
+    for reason, ended in (
+        (ApprovalEndReason.DEFINITION_CHANGED, [t for t, _, _ in changed_tools]),
+        (ApprovalEndReason.REMOVED, removed),
+    ):
+        if ended:
+            ToolApproval.objects.filter(
+                tool__in=[t.pk for t in ended], ended_at__isnull=True
+            ).update(ended_at=now, ended_by_label=by, end_reason=reason)
+
+    for tool, old_hash, new_hash in changed_tools:
+        was_approved = tool.name in dropped
+        audit_record(
+            actor=actor,
+            action="tool.definition_changed",
+            target=tool,
+            server=server,
+            summary=f"{server.name} changed the definition of {tool.name}"
+            + (": its approval was dropped until an admin approves the new definition."
+               if was_approved else "."),
+            before={"definition_hash": old_hash},
+            after={"definition_hash": new_hash},
+            details={"approval_dropped": was_approved},
+        )
+    for tool in removed:
+        audit_record(
+            actor=actor,
+            action="tool.removed",
+            target=tool,
+            server=server,
+            summary=f"{server.name} no longer offers {tool.name}.",
+            details={"approval_dropped": tool.name in dropped},
+        )
+
+    if resources is not None:
+        _sync_resources(server, resources)
+    if prompts is not None:
+        _sync_prompts(server, prompts)
+
+    if result.added or result.changed or result.removed or result.returned:
+        audit_record(
+            actor=actor,
+            action="server.tools_synced",
+            target=server,
+            server=server,
+            summary=f"Discovered {len(definitions)} tools on {server.name}: "
+            f"{len(result.added)} new, {len(result.changed)} changed, "
+            f"{len(result.removed)} removed, {len(result.returned)} back.",
+            details={
+                "added": result.added[:200],
+                "changed": result.changed[:200],
+                "removed": result.removed[:200],
+                "returned": result.returned[:200],
+                "approvals_dropped": result.approvals_dropped[:200],
+            },
+        )
+    return result
+
+
+def _apply_definition(
+    tool: Tool, definition: ToolDefinition, digest: str, findings: list[dict[str, Any]]
+) -> None:
+    tool.title = definition.title[:300]
+    tool.description = definition.description
+    tool.input_schema = definition.input_schema
+    tool.output_schema = definition.output_schema
+    tool.annotations = definition.annotations
+    tool.definition = definition.definition
+    tool.definition_hash = digest
+    tool.permission_class_derived = derive_permission_class(definition.annotations)
+    tool.findings = findings
+
+
+def _sync_resources(server: McpServer, resources: list[dict[str, Any]]) -> None:
+    rows = {}
+    for item in resources:
+        uri = str(item.get("uri") or item.get("uriTemplate") or "")[:1000]
+        if not uri:
+            continue
+        rows[uri] = ServerResource(
+            server=server,
+            uri=uri,
+            name=str(item.get("name") or "")[:300],
+            title=str(item.get("title") or "")[:300],
+            description=str(item.get("description") or ""),
+            mime_type=str(item.get("mimeType") or "")[:200],
+            is_template="uriTemplate" in item,
+        )
+    ServerResource.objects.filter(server=server).exclude(uri__in=list(rows)).delete()
+    ServerResource.objects.bulk_create(
+        rows.values(),
+        update_conflicts=True,
+        unique_fields=["server", "uri"],
+        update_fields=["name", "title", "description", "mime_type", "is_template"],
+        batch_size=500,
+    )
+
+
+def _sync_prompts(server: McpServer, prompts: list[dict[str, Any]]) -> None:
+    rows = {}
+    for item in prompts:
+        name = str(item.get("name") or "")[:300]
+        if not name:
+            continue
+        rows[name] = ServerPrompt(
+            server=server,
+            name=name,
+            title=str(item.get("title") or "")[:300],
+            description=str(item.get("description") or ""),
+            arguments=list(item.get("arguments") or []),
+        )
+    ServerPrompt.objects.filter(server=server).exclude(name__in=list(rows)).delete()
+    ServerPrompt.objects.bulk_create(
+        rows.values(),
+        update_conflicts=True,
+        unique_fields=["server", "name"],
+        update_fields=["title", "description", "arguments"],
+        batch_size=500,
+    )

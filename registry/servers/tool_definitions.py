@@ -1,0 +1,60 @@
+"""What a tool definition is to Toolroom: its fields, its hash, and the permission class it implies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from registry.core.canonical import definition_hash
+from registry.servers.models import PermissionClass
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    """One tool as a server declared it, in MCP's wire form (camelCase keys)."""
+
+    definition: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.definition["name"])
+
+    @property
+    def hash(self) -> str:
+        return definition_hash(self.definition)
+
+    @property
+    def title(self) -> str:
+        return str(self.definition.get("title") or "")
+
+    @property
+    def description(self) -> str:
+        return str(self.definition.get("description") or "")
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return dict(self.definition.get("inputSchema") or {})
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        schema = self.definition.get("outputSchema")
+        return dict(schema) if schema is not None else None
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        return dict(self.definition.get("annotations") or {})
+
+
+def derive_permission_class(annotations: dict[str, Any]) -> PermissionClass:
+    """Read / write / connect from MCP's tool annotations.
+
+    - openWorldHint true: the tool reaches systems beyond the server -> connect;
+    - readOnlyHint true: it changes nothing -> read;
+    - otherwise -> write. Annotations are hints a server gives about itself, so a missing hint
+      never makes a tool look safer than write; an admin may override the class either way.
+    """
+    if annotations.get("openWorldHint") is True:
+        return PermissionClass.CONNECT
+    if annotations.get("readOnlyHint") is True:
+        return PermissionClass.READ
+    return PermissionClass.WRITE

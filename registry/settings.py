@@ -1,0 +1,280 @@
+"""Toolroom's Django settings, read from the environment only (see docs/configuration.md).
+
+Every knob is an environment variable; secrets may also come from `<NAME>_FILE`. A profile picks
+safe defaults for where Toolroom runs:
+
+- ``production`` (the default): refuses to start without SECRET_KEY, TOOLROOM_SECRETS_KEY and
+  ALLOWED_HOSTS; secure cookies, HSTS, no private networks reachable.
+- ``quickstart`` (``make run``): generates and keeps a local secret key and encryption key under
+  TOOLROOM_DATA_DIR, allows loopback MCP servers, serves over plain HTTP on 127.0.0.1.
+- ``test``: like quickstart with fixed keys and a fast password hasher.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import environ
+from cryptography.fernet import Fernet
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.FileAwareEnv()
+
+PROFILES = ("production", "quickstart", "test")
+PROFILE: str = env.str("TOOLROOM_PROFILE", default="production")
+if PROFILE not in PROFILES:
+    raise ImproperlyConfigured(
+        f"TOOLROOM_PROFILE={PROFILE!r} is not one of {', '.join(PROFILES)}."
+    )
+IS_PRODUCTION = PROFILE == "production"
+
+DATA_DIR = Path(env.str("TOOLROOM_DATA_DIR", default=str(BASE_DIR / "var")))
+
+
+def _local_secret(name: str, make: Any) -> str:
+    """Return a secret kept in DATA_DIR, creating it (mode 0600) on first use.
+
+    Only the quickstart profile uses this: production must be given its secrets.
+    """
+    path = DATA_DIR / name
+    if path.exists():
+        return path.read_text().strip()
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    value = str(make())
+    path.touch(mode=0o600)
+    path.write_text(value + "\n")
+    return value
+
+
+def _required(name: str) -> str:
+    value: str = env.str(name, default="")
+    if not value:
+        raise ImproperlyConfigured(
+            f"{name} must be set in the production profile (or {name}_FILE naming a file that "
+            f"holds it). For a local trial run `make run`, which uses TOOLROOM_PROFILE=quickstart."
+        )
+    return value
+
+
+# --- Core --------------------------------------------------------------------------------------
+
+if PROFILE == "production":
+    SECRET_KEY = _required("SECRET_KEY")
+    # Fernet keys, comma-separated: the first encrypts, all decrypt (rotation).
+    TOOLROOM_SECRETS_KEYS: list[str] = _required("TOOLROOM_SECRETS_KEY").split(",")
+elif PROFILE == "quickstart":
+    SECRET_KEY = env.str("SECRET_KEY", default="") or _local_secret(
+        "secret_key", lambda: secrets.token_urlsafe(50)
+    )
+    TOOLROOM_SECRETS_KEYS = (
+        env.str("TOOLROOM_SECRETS_KEY", default="")
+        or _local_secret("secrets_key", lambda: Fernet.generate_key().decode())
+    ).split(",")
+else:
+    SECRET_KEY = env.str("SECRET_KEY", default="test-only-secret-key-" + "x" * 40)
+    TOOLROOM_SECRETS_KEYS = env.str(
+        "TOOLROOM_SECRETS_KEY", default="dGVzdC1vbmx5LXNlY3JldHMta2V5LTMyLWJ5dGVzISE="
+    ).split(",")
+
+DEBUG: bool = env.bool("DEBUG", default=False)
+
+ALLOWED_HOSTS: list[str] = env.list(
+    "ALLOWED_HOSTS", default=[] if IS_PRODUCTION else ["127.0.0.1", "localhost", "testserver"]
+)
+if IS_PRODUCTION and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured(
+        "ALLOWED_HOSTS must be set in the production profile, e.g. ALLOWED_HOSTS=toolroom.example.com"
+    )
+CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "guardian",
+    "django_celery_beat",
+    "registry.core",
+    "registry.audit",
+    "registry.servers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "registry.urls"
+WSGI_APPLICATION = "registry.wsgi.application"
+ASGI_APPLICATION = "registry.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+
+# --- Database ----------------------------------------------------------------------------------
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'toolroom.sqlite3'}"),
+}
+_db = DATABASES["default"]
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    if _db["NAME"] != ":memory:":
+        Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # The web server and the workers write the same file: WAL lets readers go on during a write,
+    # IMMEDIATE transactions take the write lock up front instead of failing half-way.
+    _db.setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+else:
+    _db["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+    _db["CONN_HEALTH_CHECKS"] = True
+    _db.setdefault("TEST", {})["NAME"] = env.str("DATABASE_TEST_NAME", default="") or None
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis, cache ------------------------------------------------------------------------------
+
+REDIS_URL: str = env.str("REDIS_URL", default="")
+
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env.str("TOOLROOM_CACHE_PREFIX", default="toolroom"),
+        }
+    }
+else:
+    # Shared by every process of the embedded default (web server and workers).
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(DATA_DIR / "cache"),
+        }
+    }
+
+# --- Auth, passwords ---------------------------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+if PROFILE == "test":
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+LOGIN_URL = "admin:login"
+
+# --- Internationalisation, static files --------------------------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(DATA_DIR / "static")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if IS_PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+# Outside production the static files are served from the apps without `collectstatic`.
+WHITENOISE_USE_FINDERS = not IS_PRODUCTION
+
+# --- Security ----------------------------------------------------------------------------------
+
+_https = env.bool("TOOLROOM_HTTPS", default=IS_PRODUCTION)
+SESSION_COOKIE_SECURE = _https
+CSRF_COOKIE_SECURE = _https
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=_https)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if _https else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=_https)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+if env.bool("TOOLROOM_BEHIND_TLS_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# A large import is refused by Toolroom's own limit with a clear message, not by Django's.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+
+# --- Django REST framework ---------------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "registry.core.api_errors.api_exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Toolroom API",
+    "DESCRIPTION": "Team registry and gateway for MCP servers.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Logging -----------------------------------------------------------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}
+
+# --- Toolroom ----------------------------------------------------------------------------------
+
+# Networks an MCP server URL may point into although they are private, loopback, link-local or
+# otherwise internal. Production allows none unless told; the quickstart allows loopback so the
+# MCP servers a newcomer starts locally work out of the box.
+TOOLROOM_ALLOWED_NETWORKS: list[str] = env.list(
+    "TOOLROOM_ALLOWED_NETWORKS",
+    default=[] if IS_PRODUCTION else ["127.0.0.0/8", "::1/128"],
+)
+# Largest import file (mcp.json, server.json, YAML) accepted, in bytes.
+TOOLROOM_IMPORT_MAX_BYTES: int = env.int("TOOLROOM_IMPORT_MAX_BYTES", default=1024 * 1024)

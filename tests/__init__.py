@@ -1,0 +1,1 @@
+"""Toolroom's test suite."""

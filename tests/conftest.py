@@ -1,0 +1,58 @@
+"""Shared fixtures: the personas (alice, bob, charlie), and the rule that CI skips nothing."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.contrib.auth.models import Permission
+
+from tests.factories import UserFactory
+
+
+@pytest.fixture
+def alice(db):
+    """A superuser: the platform admin."""
+    return UserFactory(username="alice", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def bob(db):
+    """Staff who may review servers and approve tools, but may not vouch for trust tiers."""
+    user = UserFactory(username="bob", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="servers",
+            codename__in=[
+                "view_mcpserver", "change_mcpserver", "add_mcpserver", "review_mcpserver",
+                "view_tool", "change_tool", "view_category",
+            ],
+        )
+    )
+    return user
+
+
+@pytest.fixture
+def charlie(db):
+    """A user without any admin access."""
+    return UserFactory(username="charlie")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """In CI a skipped test is a failure: what is not run is not known to work."""
+    if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        return
+    skipped = terminalreporter.stats.get("skipped", [])
+    if skipped:
+        terminalreporter.write_sep("=", f"CI=true and {len(skipped)} test(s) skipped", red=True)
+        for report in skipped:
+            terminalreporter.write_line(f"SKIPPED {report.nodeid}: {report.longrepr}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and reporter.stats.get("skipped"):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,95 @@
+"""factory_boy factories for Toolroom's models; they build rows the way the services would."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import factory
+from django.contrib.auth import get_user_model
+
+from registry.core.canonical import definition_hash
+from registry.servers.models import (
+    Category,
+    McpServer,
+    ReviewStatus,
+    ServerStatus,
+    Tool,
+    ToolRevision,
+    Transport,
+)
+from registry.servers.policy import TrustTier
+from registry.servers.tool_definitions import derive_permission_class
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
+    password = factory.django.Password("correct horse battery staple")
+
+
+class CategoryFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Category
+        django_get_or_create = ("slug",)
+
+    slug = factory.Sequence(lambda n: f"category-{n}")
+    name = factory.LazyAttribute(lambda c: c.slug.replace("-", " ").title())
+
+
+class McpServerFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = McpServer
+        skip_postgeneration_save = True
+
+    slug = factory.Sequence(lambda n: f"server-{n}")
+    name = factory.LazyAttribute(lambda s: s.slug.replace("-", " ").title())
+    transport = Transport.STDIO
+    command = factory.LazyFunction(lambda: ["python", "-m", "mcp_server_time"])
+    trust_tier = TrustTier.BUILTIN
+    review_status = ReviewStatus.DRAFT
+
+    @factory.post_generation
+    def with_status(self, create: bool, extracted: Any, **kwargs: Any) -> None:
+        if create:
+            ServerStatus.objects.get_or_create(server=self)
+
+
+def tool_definition(name: str, **extra: Any) -> dict[str, Any]:
+    definition: dict[str, Any] = {
+        "name": name,
+        "description": f"The {name} tool.",
+        "inputSchema": {"type": "object", "properties": {"value": {"type": "string"}}},
+    }
+    definition.update(extra)
+    return definition
+
+
+class ToolFactory(factory.django.DjangoModelFactory):
+    """A tool as discovery would store it: definition, hash, first revision."""
+
+    class Meta:
+        model = Tool
+        skip_postgeneration_save = True
+
+    server = factory.SubFactory(McpServerFactory)
+    name = factory.Sequence(lambda n: f"tool_{n}")
+    definition = factory.LazyAttribute(lambda t: tool_definition(t.name))
+    description = factory.LazyAttribute(lambda t: t.definition.get("description", ""))
+    input_schema = factory.LazyAttribute(lambda t: t.definition.get("inputSchema", {}))
+    annotations = factory.LazyAttribute(lambda t: t.definition.get("annotations", {}))
+    definition_hash = factory.LazyAttribute(lambda t: definition_hash(t.definition))
+    permission_class_derived = factory.LazyAttribute(
+        lambda t: derive_permission_class(t.definition.get("annotations", {}))
+    )
+
+    @factory.post_generation
+    def with_revision(self, create: bool, extracted: Any, **kwargs: Any) -> None:
+        if create:
+            ToolRevision.objects.get_or_create(
+                tool=self, definition_hash=self.definition_hash,
+                defaults={"definition": self.definition},
+            )
