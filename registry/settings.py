@@ -27,9 +27,7 @@ env = environ.FileAwareEnv()
 PROFILES = ("production", "quickstart", "test")
 PROFILE: str = env.str("TOOLROOM_PROFILE", default="production")
 if PROFILE not in PROFILES:
-    raise ImproperlyConfigured(
-        f"TOOLROOM_PROFILE={PROFILE!r} is not one of {', '.join(PROFILES)}."
-    )
+    raise ImproperlyConfigured(f"TOOLROOM_PROFILE={PROFILE!r} is not one of {', '.join(PROFILES)}.")
 IS_PRODUCTION = PROFILE == "production"
 
 DATA_DIR = Path(env.str("TOOLROOM_DATA_DIR", default=str(BASE_DIR / "var")))
@@ -87,7 +85,8 @@ ALLOWED_HOSTS: list[str] = env.list(
 )
 if IS_PRODUCTION and not ALLOWED_HOSTS:
     raise ImproperlyConfigured(
-        "ALLOWED_HOSTS must be set in the production profile, e.g. ALLOWED_HOSTS=toolroom.example.com"
+        "ALLOWED_HOSTS must be set in the production profile, "
+        "e.g. ALLOWED_HOSTS=toolroom.example.com"
     )
 CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -222,6 +221,8 @@ STORAGES = {
 }
 # Outside production the static files are served from the apps without `collectstatic`.
 WHITENOISE_USE_FINDERS = not IS_PRODUCTION
+if not IS_PRODUCTION:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
 # --- Security ----------------------------------------------------------------------------------
 

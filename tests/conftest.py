@@ -24,8 +24,14 @@ def bob(db):
         *Permission.objects.filter(
             content_type__app_label="servers",
             codename__in=[
-                "view_mcpserver", "change_mcpserver", "add_mcpserver", "review_mcpserver",
-                "view_tool", "change_tool", "view_category",
+                "view_mcpserver",
+                "change_mcpserver",
+                "add_mcpserver",
+                "review_mcpserver",
+                "view_tool",
+                "change_tool",
+                "approve_tool",
+                "view_category",
             ],
         )
     )

@@ -90,6 +90,7 @@ class ToolFactory(factory.django.DjangoModelFactory):
     def with_revision(self, create: bool, extracted: Any, **kwargs: Any) -> None:
         if create:
             ToolRevision.objects.get_or_create(
-                tool=self, definition_hash=self.definition_hash,
+                tool=self,
+                definition_hash=self.definition_hash,
                 defaults={"definition": self.definition},
             )

@@ -4,4 +4,4 @@ import os
 
 os.environ.setdefault("TOOLROOM_PROFILE", "test")
 
-from registry.settings import *  # noqa: E402, F403
+from registry.settings import *  # noqa: F403

@@ -70,9 +70,12 @@ def test_it_drops_the_approval_when_the_definition_changes(alice, change):
     approval = ToolApproval.objects.get(tool=tool)
     assert approval.end_reason == ApprovalEndReason.DEFINITION_CHANGED
     assert tool.revisions.count() == 2
-    assert AuditEvent.objects.filter(action="tool.definition_changed", target_id=str(tool.pk)).exists()
+    assert AuditEvent.objects.filter(
+        action="tool.definition_changed", target_id=str(tool.pk)
+    ).exists()
     diff = tool_definition_diff(tool=tool)
-    assert diff is not None and diff.has_changes
+    assert diff is not None
+    assert diff.has_changes
 
 
 def test_flipping_back_to_the_approved_definition_does_not_reapprove(alice):

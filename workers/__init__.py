@@ -1,1 +1,1 @@
-"""Toolroom's data plane: the Celery app, its tasks, and the adapters over the MCP and Docker SDKs."""
+"""Toolroom's data plane: the Celery app, its tasks, the adapters over the MCP and Docker SDKs."""

@@ -20,8 +20,9 @@ class AuditEvent(models.Model):
         help_text="The person who acted, when a person did.",
     )
     actor_label = models.CharField(
-        max_length=200, help_text="Who acted, as text that outlives the account: a username, "
-        "'system', a worker or an agent."
+        max_length=200,
+        help_text="Who acted, as text that outlives the account: a username, "
+        "'system', a worker or an agent.",
     )
     action = models.CharField(max_length=80, db_index=True)
     target_type = models.CharField(max_length=60)

@@ -31,7 +31,9 @@ def _as_field_messages(detail: Any) -> dict[str, list[str]]:
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DjangoValidationError):
-        fields = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        fields = (
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
         exc = exceptions.ValidationError(fields)
     elif isinstance(exc, ApplicationError):
         fields = {exc.field: [exc.message]} if exc.field else {}

@@ -20,8 +20,12 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 # Names that always mean an internal address, whatever DNS says.
 _LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
-_METADATA_NAMES = ("metadata", "metadata.google.internal", "instance-data",
-                   "instance-data.ec2.internal")
+_METADATA_NAMES = (
+    "metadata",
+    "metadata.google.internal",
+    "instance-data",
+    "instance-data.ec2.internal",
+)
 _METADATA_ADDRESS = ipaddress.ip_address("169.254.169.254")
 
 
@@ -35,7 +39,9 @@ def parse_networks(values: Iterable[str]) -> list[IPNetwork]:
         try:
             networks.append(ipaddress.ip_network(value.strip(), strict=False))
         except ValueError as exc:
-            raise UnsafeUrlError(f"{value!r} in TOOLROOM_ALLOWED_NETWORKS is not a network") from exc
+            raise UnsafeUrlError(
+                f"{value!r} in TOOLROOM_ALLOWED_NETWORKS is not a network"
+            ) from exc
     return networks
 
 
@@ -50,8 +56,9 @@ def host_as_address(host: str) -> IPAddress | None:
         return ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
         pass
-    if host and all(part and (part.isdigit() or part.lower().startswith("0x"))
-                    for part in host.split(".")):
+    if host and all(
+        part and (part.isdigit() or part.lower().startswith("0x")) for part in host.split(".")
+    ):
         try:
             return ipaddress.IPv4Address(socket.inet_aton(host))
         except OSError:
@@ -74,10 +81,14 @@ def address_allowed(address: IPAddress, allowed_networks: Iterable[IPNetwork]) -
 
 
 def _describe(address: IPAddress) -> str:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
     if address == _METADATA_ADDRESS:
         return "a cloud metadata address"
     if address.is_loopback:
         return "a loopback address"
+    if address.is_unspecified:
+        return "an unspecified address"
     if address.is_link_local:
         return "a link-local address"
     if address.is_private:

@@ -144,15 +144,23 @@ class McpServer(models.Model):
         default=list, blank=True, help_text="host:port entries the proxied network may reach."
     )
     memory_limit_mb = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(32)],
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(32)],
         help_text="Empty: the tier's maximum.",
     )
     cpu_limit = models.DecimalField(
-        max_digits=4, decimal_places=2, null=True, blank=True,
-        validators=[MinValueValidator(Decimal("0.05"))], help_text="Empty: the tier's maximum.",
+        max_digits=4,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0.05"))],
+        help_text="Empty: the tier's maximum.",
     )
     pids_limit = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(8)],
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(8)],
         help_text="Empty: the tier's maximum.",
     )
 
@@ -262,8 +270,10 @@ class McpServer(models.Model):
             add("package_registry", "Choose the registry the package comes from.")
         if self.health_check_method == HealthCheckMethod.TOOL_CALL and not self.health_check_tool:
             add("health_check_tool", "Name the harmless tool the health check should call.")
-        if self.health_check_timeout_seconds and self.health_check_interval_seconds and (
-            self.health_check_timeout_seconds >= self.health_check_interval_seconds
+        if (
+            self.health_check_timeout_seconds
+            and self.health_check_interval_seconds
+            and (self.health_check_timeout_seconds >= self.health_check_interval_seconds)
         ):
             add("health_check_timeout_seconds", "The timeout must be shorter than the interval.")
 
@@ -399,6 +409,7 @@ class Tool(models.Model):
             )
         ]
         indexes = [models.Index(fields=["server", "approval_state"], name="tool_server_state_idx")]
+        permissions = [("approve_tool", "Can approve and revoke tool definitions")]
 
     def __str__(self) -> str:
         return f"{self.server.slug}/{self.name}" if self.server_id else self.name
@@ -459,7 +470,10 @@ class ToolApproval(models.Model):
     tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="approvals")
     definition_hash = models.CharField(max_length=64)
     approved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="+",
     )
     approver_label = models.CharField(max_length=200)

@@ -39,8 +39,12 @@ class NetworkMode(models.TextChoices):
 
 
 # Strictest first.
-NETWORK_STRICTNESS = [NetworkMode.NONE, NetworkMode.INTERNAL, NetworkMode.PROXIED,
-                      NetworkMode.BRIDGE]
+NETWORK_STRICTNESS = [
+    NetworkMode.NONE,
+    NetworkMode.INTERNAL,
+    NetworkMode.PROXIED,
+    NetworkMode.BRIDGE,
+]
 
 
 class DataSensitivity(models.TextChoices):
@@ -50,8 +54,12 @@ class DataSensitivity(models.TextChoices):
     SECRET = "secret", "Secret"
 
 
-SENSITIVITY_ORDER = [DataSensitivity.PUBLIC, DataSensitivity.INTERNAL,
-                     DataSensitivity.CONFIDENTIAL, DataSensitivity.SECRET]
+SENSITIVITY_ORDER = [
+    DataSensitivity.PUBLIC,
+    DataSensitivity.INTERNAL,
+    DataSensitivity.CONFIDENTIAL,
+    DataSensitivity.SECRET,
+]
 
 # The loosest network a server handling such data may have.
 SENSITIVITY_NETWORK_CEILING = {
@@ -146,7 +154,8 @@ def is_sensitivity_decrease(old: str, new: str) -> bool:
 def allowed_network_modes(tier: str, sensitivity: str) -> list[NetworkMode]:
     ceiling = NETWORK_STRICTNESS.index(SENSITIVITY_NETWORK_CEILING[DataSensitivity(sensitivity)])
     return [
-        mode for mode in tier_policy(tier).network_modes
+        mode
+        for mode in tier_policy(tier).network_modes
         if NETWORK_STRICTNESS.index(mode) <= ceiling
     ]
 

@@ -14,8 +14,10 @@ from registry.servers.models import ApprovalState, McpServer, Tool, ToolApproval
 def server_list_with_tool_counts() -> QuerySet[McpServer]:
     """Servers with their category, status and tool counts in one query."""
     live = Q(tools__removed_at__isnull=True)
-    approved = live & Q(tools__approval_state=ApprovalState.APPROVED) & Q(
-        tools__approved_definition_hash=F("tools__definition_hash")
+    approved = (
+        live
+        & Q(tools__approval_state=ApprovalState.APPROVED)
+        & Q(tools__approved_definition_hash=F("tools__definition_hash"))
     )
     return McpServer.objects.select_related("category", "status").annotate(
         tools_total=Count("tools", filter=live),

@@ -42,21 +42,55 @@ from registry.servers.tool_definitions import ToolDefinition, derive_permission_
 # changed only by their own services.
 SERVER_EDITABLE_FIELDS = frozenset(
     {
-        "slug", "name", "description", "category", "version", "homepage_url", "repository_url",
-        "trust_tier", "transport", "command", "working_directory", "url", "env", "headers",
-        "package_registry", "package_identifier", "package_version", "image",
-        "data_sensitivity", "isolation", "network_mode", "egress_allowlist", "memory_limit_mb",
-        "cpu_limit", "pids_limit", "health_check_method", "health_check_tool",
-        "health_check_arguments", "health_check_interval_seconds",
-        "health_check_timeout_seconds", "health_failure_threshold", "auto_start",
-        "restart_policy", "restart_max_attempts",
+        "slug",
+        "name",
+        "description",
+        "category",
+        "version",
+        "homepage_url",
+        "repository_url",
+        "trust_tier",
+        "transport",
+        "command",
+        "working_directory",
+        "url",
+        "env",
+        "headers",
+        "package_registry",
+        "package_identifier",
+        "package_version",
+        "image",
+        "data_sensitivity",
+        "isolation",
+        "network_mode",
+        "egress_allowlist",
+        "memory_limit_mb",
+        "cpu_limit",
+        "pids_limit",
+        "health_check_method",
+        "health_check_tool",
+        "health_check_arguments",
+        "health_check_interval_seconds",
+        "health_check_timeout_seconds",
+        "health_failure_threshold",
+        "auto_start",
+        "restart_policy",
+        "restart_max_attempts",
     }
 )
 SECRET_FIELDS = frozenset({"env", "headers"})
 # Changing what runs, or where it may reach, after approval sends the server back to review.
 LAUNCH_FIELDS = frozenset(
-    {"transport", "command", "working_directory", "url", "package_registry",
-     "package_identifier", "package_version", "image"}
+    {
+        "transport",
+        "command",
+        "working_directory",
+        "url",
+        "package_registry",
+        "package_identifier",
+        "package_version",
+        "image",
+    }
 )
 REVIEWED_STATUSES = (ReviewStatus.APPROVED, ReviewStatus.SUSPENDED)
 
@@ -79,7 +113,7 @@ def _snapshot(server: McpServer, fields: Iterable[str]) -> dict[str, Any]:
 
 def _as_validation_application_error(exc: ValidationError) -> ApplicationError:
     if hasattr(exc, "error_dict"):
-        first_field, messages = next(iter(exc.message_dict.items()))
+        first_field = next(iter(exc.message_dict))
         text = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in exc.message_dict.items())
         return ApplicationError(text, field=first_field, extra={"fields": exc.message_dict})
     return ApplicationError(" ".join(exc.messages))
@@ -100,9 +134,7 @@ def _loosening_changes(before: McpServer, after: McpServer, changed: set[str]) -
         after.network_mode  # type: ignore[arg-type]
     ) > NETWORK_STRICTNESS.index(before.network_mode):  # type: ignore[arg-type]
         reasons.append("network_mode")
-    if "egress_allowlist" in changed and set(after.egress_allowlist) - set(
-        before.egress_allowlist
-    ):
+    if "egress_allowlist" in changed and set(after.egress_allowlist) - set(before.egress_allowlist):
         reasons.append("egress_allowlist")
     return reasons
 
@@ -137,7 +169,9 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
     back to review."""
     unknown = set(changes) - SERVER_EDITABLE_FIELDS
     if unknown:
-        raise ApplicationError(f"These server fields cannot be edited: {', '.join(sorted(unknown))}.")
+        raise ApplicationError(
+            f"These server fields cannot be edited: {', '.join(sorted(unknown))}."
+        )
     locked = McpServer.objects.select_for_update().select_related("category").get(pk=server.pk)
     original = McpServer.objects.select_related("category").get(pk=server.pk)
     for name, value in changes.items():
@@ -147,9 +181,7 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
     except ValidationError as exc:
         raise _as_validation_application_error(exc) from exc
 
-    changed = {
-        name for name in changes if _raw(original, name) != _raw(locked, name)
-    }
+    changed = {name for name in changes if _raw(original, name) != _raw(locked, name)}
     if not changed:
         return locked
     update_fields = set(changed)
@@ -207,19 +239,29 @@ class Transition:
 
 TRANSITIONS = {
     "submit": Transition(
-        "submit", (ReviewStatus.DRAFT, ReviewStatus.REJECTED), ReviewStatus.PENDING_REVIEW,
+        "submit",
+        (ReviewStatus.DRAFT, ReviewStatus.REJECTED),
+        ReviewStatus.PENDING_REVIEW,
         "submitted for review",
     ),
     "approve": Transition(
-        "approve", (ReviewStatus.PENDING_REVIEW, ReviewStatus.SUSPENDED), ReviewStatus.APPROVED,
+        "approve",
+        (ReviewStatus.PENDING_REVIEW, ReviewStatus.SUSPENDED),
+        ReviewStatus.APPROVED,
         "approved",
     ),
     "reject": Transition(
-        "reject", (ReviewStatus.PENDING_REVIEW,), ReviewStatus.REJECTED, "rejected",
+        "reject",
+        (ReviewStatus.PENDING_REVIEW,),
+        ReviewStatus.REJECTED,
+        "rejected",
         reason_required=True,
     ),
     "suspend": Transition(
-        "suspend", (ReviewStatus.APPROVED,), ReviewStatus.SUSPENDED, "suspended",
+        "suspend",
+        (ReviewStatus.APPROVED,),
+        ReviewStatus.SUSPENDED,
+        "suspended",
         reason_required=True,
     ),
     "retire": Transition(
@@ -250,16 +292,18 @@ def _server_transition(
         )
     reason = reason.strip()
     if transition.reason_required and not reason:
-        raise ApplicationError(f"Give a reason why {locked.name} is {transition.verb}.",
-                               field="reason")
+        raise ApplicationError(
+            f"Give a reason why {locked.name} is {transition.verb}.", field="reason"
+        )
     if action == "approve":
         _check_approval_requirements(locked, reason)
     locked.review_status = transition.target
     locked.review_note = reason
     locked.reviewed_at = timezone.now()
     locked.reviewed_by = actor if isinstance(actor, AbstractBaseUser) else None  # type: ignore[assignment]
-    locked.save(update_fields=["review_status", "review_note", "reviewed_at", "reviewed_by",
-                               "updated_at"])
+    locked.save(
+        update_fields=["review_status", "review_note", "reviewed_at", "reviewed_by", "updated_at"]
+    )
     audit_record(
         actor=actor,
         action=f"server.{transition.target.value}",
@@ -309,7 +353,7 @@ def server_retire(*, actor: Actor, server: McpServer, reason: str = "") -> McpSe
     return _server_transition(actor=actor, server=server, action="retire", reason=reason)
 
 
-# --- Tool approvals --------------------------------------------------------------------------------
+# --- Tool approvals ------------------------------------------------------------------------------
 
 
 def _end_active_approval(
@@ -363,7 +407,7 @@ def tool_approve(
     approval = ToolApproval.objects.create(
         tool=locked,
         definition_hash=locked.definition_hash,
-        approved_by=actor if isinstance(actor, AbstractBaseUser) else None,
+        approved_by=actor if isinstance(actor, AbstractBaseUser) else None,  # type: ignore[misc]
         approver_label=label,
         note=note.strip(),
         acknowledged_findings=locked.findings if acknowledge_findings else [],
@@ -381,7 +425,9 @@ def tool_approve(
         + (f": {note.strip()}" if note.strip() else "."),
         before={"approval_state": previous_state},
         after={"approval_state": locked.approval_state, "definition_hash": locked.definition_hash},
-        details={"acknowledged_findings": approval.acknowledged_findings} if locked.findings else {},
+        details={"acknowledged_findings": approval.acknowledged_findings}
+        if locked.findings
+        else {},
     )
     return approval
 
@@ -392,7 +438,9 @@ class BulkApprovalResult:
     skipped: list[tuple[Tool, str]] = field(default_factory=list)
 
 
-def tools_approve_bulk(*, actor: Actor, tools: Iterable[Tool], note: str = "") -> BulkApprovalResult:
+def tools_approve_bulk(
+    *, actor: Actor, tools: Iterable[Tool], note: str = ""
+) -> BulkApprovalResult:
     """Approve many tools at their current hashes; tools with scanner findings are never
     approved in bulk, each must be read and approved on its own."""
     result = BulkApprovalResult()
@@ -437,9 +485,7 @@ def tool_revoke(*, actor: Actor, tool: Tool, reason: str) -> Tool:
 
 
 @transaction.atomic
-def tool_set_permission_class(
-    *, actor: Actor, tool: Tool, permission_class: str
-) -> Tool:
+def tool_set_permission_class(*, actor: Actor, tool: Tool, permission_class: str) -> Tool:
     """Override the permission class the annotations imply; an empty value removes the override."""
     if permission_class and permission_class not in PermissionClass.values:
         raise ApplicationError(
@@ -448,8 +494,10 @@ def tool_set_permission_class(
             field="permission_class",
         )
     locked = Tool.objects.select_for_update().select_related("server").get(pk=tool.pk)
-    before = {"permission_class": locked.permission_class,
-              "override": locked.permission_class_override}
+    before = {
+        "permission_class": locked.permission_class,
+        "override": locked.permission_class_override,
+    }
     if locked.permission_class_override == permission_class:
         return locked
     locked.permission_class_override = permission_class
@@ -536,7 +584,10 @@ def server_tools_sync(
         tool = existing.get(definition.name)
         if tool is None:
             tool = Tool(
-                server=server, name=definition.name, first_seen_at=now, last_seen_at=now,
+                server=server,
+                name=definition.name,
+                first_seen_at=now,
+                last_seen_at=now,
             )
             _apply_definition(tool, definition, digest, tool_findings)
             to_create.append(tool)
@@ -556,10 +607,15 @@ def server_tools_sync(
                 result.approvals_dropped.append(tool.name)
             tool.approved_definition_hash = ""
             changed_tools.append((tool, old_hash, digest))
-            new_revisions.append(ToolRevision(
-                tool=tool, definition_hash=digest, definition=definition.definition,
-                first_seen_at=now, last_seen_at=now,
-            ))
+            new_revisions.append(
+                ToolRevision(
+                    tool=tool,
+                    definition_hash=digest,
+                    definition=definition.definition,
+                    first_seen_at=now,
+                    last_seen_at=now,
+                )
+            )
             result.changed.append(tool.name)
             dirty = True
         elif tool.findings != tool_findings:
@@ -589,18 +645,33 @@ def server_tools_sync(
         Tool.objects.bulk_create(to_create, batch_size=500)
         new_revisions.extend(
             ToolRevision(
-                tool=tool, definition_hash=tool.definition_hash, definition=tool.definition,
-                first_seen_at=now, last_seen_at=now,
+                tool=tool,
+                definition_hash=tool.definition_hash,
+                definition=tool.definition,
+                first_seen_at=now,
+                last_seen_at=now,
             )
             for tool in to_create
         )
     if to_update or removed:
         Tool.objects.bulk_update(
             to_update + removed,
-            ["title", "description", "input_schema", "output_schema", "annotations",
-             "definition", "definition_hash", "permission_class_derived", "permission_class",
-             "approval_state", "approved_definition_hash", "findings", "removed_at",
-             "last_seen_at"],
+            [
+                "title",
+                "description",
+                "input_schema",
+                "output_schema",
+                "annotations",
+                "definition",
+                "definition_hash",
+                "permission_class_derived",
+                "permission_class",
+                "approval_state",
+                "approved_definition_hash",
+                "findings",
+                "removed_at",
+                "last_seen_at",
+            ],
             batch_size=500,
         )
     # Every tool still listed was seen now, changed or not.
@@ -608,7 +679,8 @@ def server_tools_sync(
     if new_revisions:
         ToolRevision.objects.bulk_create(new_revisions, batch_size=500, ignore_conflicts=True)
     ToolRevision.objects.filter(
-        tool__server=server, tool__removed_at__isnull=True,
+        tool__server=server,
+        tool__removed_at__isnull=True,
         definition_hash__in=[d.hash for d in definitions if d.name not in result.added],
     ).update(last_seen_at=now)
 
@@ -630,8 +702,11 @@ def server_tools_sync(
             target=tool,
             server=server,
             summary=f"{server.name} changed the definition of {tool.name}"
-            + (": its approval was dropped until an admin approves the new definition."
-               if was_approved else "."),
+            + (
+                ": its approval was dropped until an admin approves the new definition."
+                if was_approved
+                else "."
+            ),
             before={"definition_hash": old_hash},
             after={"definition_hash": new_hash},
             details={"approval_dropped": was_approved},

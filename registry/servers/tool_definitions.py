@@ -1,4 +1,4 @@
-"""What a tool definition is to Toolroom: its fields, its hash, and the permission class it implies."""
+"""What a tool definition is to Toolroom: its fields, its hash, the permission class it implies."""
 
 from __future__ import annotations
 

@@ -1,0 +1,168 @@
+"""Forms of the vetting workplace: a server form that never shows secrets back, decision forms."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from registry.core.secret_fields import mask_secret
+from registry.servers.models import McpServer, PermissionClass
+from registry.servers.services import SECRET_FIELDS, SERVER_EDITABLE_FIELDS
+
+
+def secrets_as_text(values: dict[str, str], *, separator: str = "=") -> str:
+    """One `NAME=masked` line per secret: the names show, the values never do."""
+    return "\n".join(
+        f"{name}{separator}{mask_secret(value) if value else ''}"
+        for name, value in sorted(values.items())
+    )
+
+
+def secrets_from_text(text: str, *, current: dict[str, str], what: str) -> dict[str, str]:
+    """Parse `NAME=value` lines; a line whose value is still the mask keeps the stored value."""
+    result: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=" if what == "env" else ":")
+        if not sep and what == "headers":
+            name, sep, value = line.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            example = "NAME=value" if what == "env" else "Header-Name: value"
+            raise ValidationError(f"Line {number} is not {example}.")
+        if name in result:
+            raise ValidationError(f"{name} is given twice (line {number}).")
+        value = value.strip() if what == "headers" else value
+        old = current.get(name)
+        if old is not None and old and value == mask_secret(old):
+            value = old
+        result[name] = value
+    return result
+
+
+class ArgvField(forms.CharField):
+    """An argv list edited one argument per line, so no shell ever splits it."""
+
+    widget = forms.Textarea(attrs={"rows": 4, "cols": 80, "spellcheck": "false"})
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return "\n".join(value)
+        if isinstance(value, str) and value.startswith("["):
+            try:
+                return "\n".join(json.loads(value))
+            except (ValueError, TypeError):
+                return value
+        return value
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_python(value) or ""
+        return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+
+
+class McpServerAdminForm(forms.ModelForm):  # type: ignore[type-arg]
+    command = ArgvField(
+        required=False,
+        help_text="stdio only: the program on the first line, then one argument per line. "
+        "Nothing is run through a shell.",
+    )
+    env_text = forms.CharField(
+        label="Environment",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "spellcheck": "false"}),
+        help_text="One NAME=value per line. Stored values are shown masked; leave a masked "
+        "value as it is to keep it, type a new value to replace it, delete the line to remove it.",
+    )
+    headers_text = forms.CharField(
+        label="Headers",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80, "spellcheck": "false"}),
+        help_text="HTTP only: one 'Header-Name: value' per line, masked like the environment.",
+    )
+    homepage_url = forms.URLField(required=False, assume_scheme="https")
+    repository_url = forms.URLField(required=False, assume_scheme="https")
+    egress_allowlist = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Proxied network only: one host:port per line, e.g. api.github.com:443.",
+    )
+
+    class Meta:
+        model = McpServer
+        # env and headers are edited through the masked text fields above.
+        fields = sorted(SERVER_EDITABLE_FIELDS - SECRET_FIELDS)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["env_text"].initial = secrets_as_text(self.instance.env or {})
+        self.fields["headers_text"].initial = secrets_as_text(
+            self.instance.headers or {}, separator=": "
+        )
+        self.initial["egress_allowlist"] = "\n".join(self.instance.egress_allowlist or [])
+
+    def clean_env_text(self) -> dict[str, str]:
+        return secrets_from_text(
+            self.cleaned_data.get("env_text") or "", current=self.instance.env or {}, what="env"
+        )
+
+    def clean_headers_text(self) -> dict[str, str]:
+        return secrets_from_text(
+            self.cleaned_data.get("headers_text") or "",
+            current=self.instance.headers or {},
+            what="headers",
+        )
+
+    def clean_egress_allowlist(self) -> list[str]:
+        text = self.cleaned_data.get("egress_allowlist") or ""
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+    def _post_clean(self) -> None:  # type: ignore[misc]
+        # The model validates env and headers with everything else.
+        self.instance.env = self.cleaned_data.get("env_text", self.instance.env)
+        self.instance.headers = self.cleaned_data.get("headers_text", self.instance.headers)
+        super()._post_clean()
+
+    def server_fields(self, *, changed_only: bool) -> dict[str, Any]:
+        """The form's values as the services take them (field -> value), all or only edits."""
+        names = self.changed_data if changed_only else list(self.fields)
+        values = {
+            name: self.cleaned_data[name]
+            for name in names
+            if name in SERVER_EDITABLE_FIELDS and name in self.cleaned_data
+        }
+        for field_name, secret_name in (("env_text", "env"), ("headers_text", "headers")):
+            if field_name in names and field_name in self.cleaned_data:
+                values[secret_name] = self.cleaned_data[field_name]
+        return values
+
+
+class ReviewDecisionForm(forms.Form):
+    reason = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        help_text="Required to reject or suspend, and to approve servers whose tier asks for a "
+        "written note.",
+    )
+
+
+class ToolApprovalForm(forms.Form):
+    expected_hash = forms.CharField(widget=forms.HiddenInput)
+    note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
+    acknowledge_findings = forms.BooleanField(
+        required=False, label="I have read the scanner's findings for this definition"
+    )
+
+
+class ToolRevokeForm(forms.Form):
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
+
+
+class PermissionClassForm(forms.Form):
+    permission_class = forms.ChoiceField(
+        choices=[("", "From annotations"), *PermissionClass.choices], required=False
+    )
