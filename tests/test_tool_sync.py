@@ -127,3 +127,25 @@ def test_it_stores_resources_and_prompts():
     _sync(server, resources=[{"uri": "file:///a", "name": "renamed"}], prompts=[])
     assert list(server.resources.values_list("name", flat=True)) == ["renamed"]
     assert not server.prompts.exists()
+
+
+def test_a_rug_pull_announces_a_visibility_change_after_commit(
+    alice, django_capture_on_commit_callbacks
+):
+    from registry.servers.signals import server_visibility_changed
+
+    server = McpServerFactory()
+    _sync(server, tool_definition("get_time"))
+    services.tool_approve(actor=alice, tool=Tool.objects.get(name="get_time"))
+    received = []
+
+    def receiver(sender, server_ids, reason, **kwargs):
+        received.append((server_ids, reason))
+
+    server_visibility_changed.connect(receiver)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            _sync(server, tool_definition("get_time", description="new"))
+    finally:
+        server_visibility_changed.disconnect(receiver)
+    assert received == [([server.pk], "server.tools_synced")]

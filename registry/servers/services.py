@@ -36,6 +36,7 @@ from registry.servers.policy import (
     is_trust_increase,
     tier_policy,
 )
+from registry.servers.signals import announce_visibility_change
 from registry.servers.tool_definitions import ToolDefinition, derive_permission_class
 
 # Fields an admin (or an import) may set on a server. Review status, runtime state and tools are
@@ -207,6 +208,7 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
         details={"back_to_review": loosened} if loosened else {},
     )
     if loosened:
+        announce_visibility_change(server_ids=[locked.pk], reason="server.sent_back_to_review")
         audit_record(
             actor=actor,
             action="server.sent_back_to_review",
@@ -314,6 +316,7 @@ def _server_transition(
         after={"review_status": transition.target.value},
         details={"reason": reason} if reason else {},
     )
+    announce_visibility_change(server_ids=[locked.pk], reason=f"server.{transition.target.value}")
     return locked
 
 
@@ -429,6 +432,7 @@ def tool_approve(
         if locked.findings
         else {},
     )
+    announce_visibility_change(server_ids=[locked.server_id], reason="tool.approved")
     return approval
 
 
@@ -481,6 +485,7 @@ def tool_revoke(*, actor: Actor, tool: Tool, reason: str) -> Tool:
         after={"approval_state": ApprovalState.REVOKED},
         details={"reason": reason},
     )
+    announce_visibility_change(server_ids=[locked.server_id], reason="tool.revoked")
     return locked
 
 
@@ -512,6 +517,7 @@ def tool_set_permission_class(*, actor: Actor, tool: Tool, permission_class: str
         before=before,
         after={"permission_class": locked.permission_class, "override": permission_class},
     )
+    announce_visibility_change(server_ids=[locked.server_id], reason="tool.permission_class_set")
     return locked
 
 
@@ -727,6 +733,7 @@ def server_tools_sync(
         _sync_prompts(server, prompts)
 
     if result.added or result.changed or result.removed or result.returned:
+        announce_visibility_change(server_ids=[server.pk], reason="server.tools_synced")
         audit_record(
             actor=actor,
             action="server.tools_synced",
