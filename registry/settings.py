@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "registry.core",
     "registry.audit",
     "registry.servers",
+    "workers",
 ]
 
 MIDDLEWARE = [
@@ -186,6 +187,42 @@ else:
             "LOCATION": str(DATA_DIR / "cache"),
         }
     }
+
+# --- Celery (the workers) ---------------------------------------------------------------------
+
+# Redis when REDIS_URL is set; otherwise the embedded default, a broker in files under
+# TOOLROOM_DATA_DIR, which real worker processes share without any service running.
+CELERY_BROKER_URL: str = env.str("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://localhost/")
+if CELERY_BROKER_URL.startswith("filesystem:"):
+    _broker_dir = DATA_DIR / "broker"
+    for _sub in ("queue", "processed", "control"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
+        "store_processed": False,
+    }
+elif CELERY_BROKER_URL.startswith(("redis:", "rediss:")):
+    # Several Toolroom installations (or test runs) may share one Redis: keep their queues apart.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "global_keyprefix": env.str("TOOLROOM_BROKER_KEY_PREFIX", default=""),
+    }
+CELERY_TASK_DEFAULT_QUEUE = "toolroom"
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_DIRECT = True  # every worker gets a queue of its own (runtime routing)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=600)
+CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=660)
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE: str = env.str("TIME_ZONE", default="UTC")
 
 # --- Auth, passwords ---------------------------------------------------------------------------
 
@@ -279,3 +316,13 @@ TOOLROOM_ALLOWED_NETWORKS: list[str] = env.list(
 )
 # Largest import file (mcp.json, server.json, YAML) accepted, in bytes.
 TOOLROOM_IMPORT_MAX_BYTES: int = env.int("TOOLROOM_IMPORT_MAX_BYTES", default=1024 * 1024)
+# A health check slower than this (milliseconds) marks the server degraded.
+TOOLROOM_HEALTH_DEGRADED_LATENCY_MS: int = env.int("TOOLROOM_HEALTH_DEGRADED_LATENCY_MS", default=5000)
+# How many servers one health-check task checks, and how many of those at once.
+TOOLROOM_HEALTH_BATCH_SIZE: int = env.int("TOOLROOM_HEALTH_BATCH_SIZE", default=100)
+TOOLROOM_HEALTH_CONCURRENCY: int = env.int("TOOLROOM_HEALTH_CONCURRENCY", default=50)
+# A runtime worker that has not reported for this long (seconds) has lost its warm servers.
+TOOLROOM_RUNTIME_STALE_SECONDS: int = env.int("TOOLROOM_RUNTIME_STALE_SECONDS", default=60)
+# How long discovery waits for a server to answer its handshake (package runners such as npx
+# and uvx may download the server first).
+TOOLROOM_DISCOVERY_TIMEOUT_SECONDS: int = env.int("TOOLROOM_DISCOVERY_TIMEOUT_SECONDS", default=60)

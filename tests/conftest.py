@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -57,8 +58,34 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    _check_process_hygiene(session, reporter)
     if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
         return
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and reporter.stats.get("skipped"):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _check_process_hygiene(session, reporter):
+    """No zombie children, and no MCP server process the suite started still running."""
+    import socket
+
+    from tests.process_hygiene import server_processes_started_by, zombie_children
+
+    time.sleep(0.5)  # let the last children exit and be reaped
+    zombies = zombie_children()
+    orphans = server_processes_started_by({f"{socket.gethostname()}:{os.getpid()}"})
+    if not zombies and not orphans:
+        return
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if reporter is not None:
+        reporter.write_sep("=", "process hygiene", red=True)
+        if zombies:
+            reporter.write_line(f"zombie child processes (never waited for): {zombies}")
+        if orphans:
+            reporter.write_line(f"MCP server processes still running after the suite: {orphans}")
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"

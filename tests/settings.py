@@ -3,5 +3,16 @@
 import os
 
 os.environ.setdefault("TOOLROOM_PROFILE", "test")
+# The suite talks to a real Redis (broker and cache); each run keeps its keys apart so runs that
+# share the server (CI twice, developers in parallel) never consume each other's tasks.
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+os.environ.setdefault("TOOLROOM_BROKER_KEY_PREFIX", f"test-{os.getpid()}:")
+os.environ.setdefault("TOOLROOM_CACHE_PREFIX", f"test-{os.getpid()}")
 
 from registry.settings import *  # noqa: F403
+
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
+    # A file, not memory: the tests that run a real worker process share the database with it.
+    DATABASES["default"]["TEST"] = {  # noqa: F405
+        "NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")  # noqa: F405
+    }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from registry.audit.models import AuditEvent
-from registry.servers import services
+from registry.servers import services, tool_sync
 from registry.servers.models import ApprovalEndReason, ApprovalState, Tool, ToolApproval
 from registry.servers.selectors import approved_tools, tool_definition_diff
 from tests.factories import McpServerFactory, tool_definition
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _sync(server, *definitions, **kwargs):
-    return services.server_tools_sync(server=server, tools=list(definitions), **kwargs)
+    return tool_sync.server_tools_sync(server=server, tools=list(definitions), **kwargs)
 
 
 def test_it_creates_new_tools_unapproved_with_a_revision():
@@ -109,7 +109,7 @@ def test_it_marks_tools_the_server_stopped_listing_as_removed(alice):
 
 def test_it_refuses_a_list_with_a_tool_without_a_name():
     server = McpServerFactory()
-    with pytest.raises(services.ToolListError, match="no name"):
+    with pytest.raises(tool_sync.ToolListError, match="no name"):
         _sync(server, {"description": "x", "inputSchema": {}})
     assert not Tool.objects.exists()
 

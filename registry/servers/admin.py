@@ -32,6 +32,12 @@ from registry.servers.admin_forms import (
     ToolApprovalForm,
     ToolRevokeForm,
 )
+from registry.servers.admin_operations import (
+    fleet_status_view,
+    operate,
+    operate_view,
+    server_operations_context,
+)
 from registry.servers.models import (
     ApprovalState,
     Category,
@@ -156,6 +162,10 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "tier_policy_summary",
     ]
     actions = [
+        "discover_selected",
+        "check_health_selected",
+        "start_selected",
+        "stop_selected",
         "submit_selected",
         "approve_selected",
         "reject_selected",
@@ -376,6 +386,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 server.trust_tier, server.data_sensitivity
             ),
             "tier_policy": tier_policy(server.trust_tier),
+            **server_operations_context(request, server, status),
         }
 
     def get_urls(self) -> list[URLPattern]:
@@ -391,8 +402,24 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 self.admin_site.admin_view(self.import_view),
                 name="{}_{}_import".format(*info),
             ),
+            path(
+                "<path:object_id>/operate/<str:operation>/",
+                self.admin_site.admin_view(self.operate_view),
+                name="{}_{}_operate".format(*info),
+            ),
+            path(
+                "fleet/",
+                self.admin_site.admin_view(self.fleet_view),
+                name="{}_{}_fleet".format(*info),
+            ),
         ]
         return custom + super().get_urls()
+
+    def operate_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
+        return operate_view(self, request, object_id, operation)
+
+    def fleet_view(self, request: HttpRequest) -> HttpResponse:
+        return fleet_status_view(self, request)
 
     def import_view(self, request: HttpRequest) -> HttpResponse:
         from registry.servers.admin_import import import_servers_view
@@ -450,6 +477,22 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "selected_ids": [s.pk for s in servers],
         }
         return TemplateResponse(request, "admin/servers/review_decision.html", context)
+
+    @admin.action(description="Discover now", permissions=["change"])
+    def discover_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
+        operate(request, list(queryset), "discover")
+
+    @admin.action(description="Check health now", permissions=["change"])
+    def check_health_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
+        operate(request, list(queryset), "check")
+
+    @admin.action(description="Start warm runtimes", permissions=["change"])
+    def start_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
+        operate(request, list(queryset), "start")
+
+    @admin.action(description="Stop warm runtimes", permissions=["change"])
+    def stop_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
+        operate(request, list(queryset), "stop")
 
     def has_review_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("servers.review_mcpserver")

@@ -337,9 +337,23 @@ class ServerStatus(models.Model):
     last_discovered_at = models.DateTimeField(null=True, blank=True)
     last_discovery_error = models.TextField(blank=True)
     vetting_report = models.JSONField(default=dict, blank=True)
+    circuit_opened_at = models.DateTimeField(null=True, blank=True)
+    # When the next health check is due; the sweep claims servers by moving it forward.
+    next_check_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
     runtime_state = models.CharField(
         max_length=20, choices=RuntimeState.choices, default=RuntimeState.STOPPED
     )
+    runtime_owner = models.CharField(
+        max_length=200, blank=True, help_text="The runtime worker that holds the warm session."
+    )
+    runtime_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    runtime_started_at = models.DateTimeField(null=True, blank=True)
+    runtime_restarts = models.PositiveIntegerField(
+        default=0, help_text="Restarts since the runtime was last started on purpose."
+    )
+    runtime_error = models.TextField(blank=True)
+    stderr_tail = models.TextField(blank=True, help_text="The server's last stderr lines.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -536,3 +550,54 @@ class ServerPrompt(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class DiscoveryStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+class DiscoveryRun(models.Model):
+    """One discovery of a server, from request to result, so long work is visible."""
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="discoveries")
+    status = models.CharField(
+        max_length=20, choices=DiscoveryStatus.choices, default=DiscoveryStatus.QUEUED
+    )
+    trigger = models.CharField(max_length=40, help_text="admin, schedule, command, saved...")
+    requested_by = models.CharField(max_length=200)
+    requested_at = models.DateTimeField(default=timezone.now, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        indexes = [models.Index(fields=["server", "-requested_at"], name="discovery_server_time_idx")]
+
+    def __str__(self) -> str:
+        return f"discovery of {self.server_id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (DiscoveryStatus.SUCCEEDED, DiscoveryStatus.FAILED)
+
+
+class HealthSample(models.Model):
+    """One health check's outcome; a bounded history per server gives uptime."""
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="health_samples")
+    checked_at = models.DateTimeField(default=timezone.now)
+    ok = models.BooleanField()
+    latency_ms = models.FloatField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-checked_at", "-id"]
+        indexes = [models.Index(fields=["server", "-checked_at"], name="health_server_time_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.server_id} {'ok' if self.ok else 'failed'} at {self.checked_at:%H:%M:%S}"

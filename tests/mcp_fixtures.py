@@ -1,0 +1,79 @@
+"""Fixtures that start real MCP servers for the tests: scenario servers over stdio and HTTP."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SCENARIO_SERVER = str(Path(__file__).parent / "mcp_servers" / "scenario_server.py")
+
+
+def scenario_argv(*flags: str) -> list[str]:
+    return [sys.executable, SCENARIO_SERVER, *flags]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, *, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+class RunningServer:
+    def __init__(self, process: subprocess.Popen[bytes], url: str) -> None:
+        self.process = process
+        self.url = url
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_http_scenario(*flags: str, sse: bool = False) -> RunningServer:
+    port = free_port()
+    process = subprocess.Popen(
+        scenario_argv("--sse" if sse else "--http", str(port), *flags),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port)
+    except RuntimeError:
+        process.kill()
+        process.wait()
+        raise
+    path = "/sse" if sse else "/mcp"
+    return RunningServer(process, f"http://127.0.0.1:{port}{path}")
+
+
+@pytest.fixture(scope="session")
+def http_scenario_server() -> Iterator[RunningServer]:
+    server = start_http_scenario()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def sse_scenario_server() -> Iterator[RunningServer]:
+    server = start_http_scenario(sse=True)
+    yield server
+    server.stop()

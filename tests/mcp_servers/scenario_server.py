@@ -1,0 +1,222 @@
+"""A configurable MCP server for the tests, written with the SDK's low-level Server.
+
+It serves stdio by default, or Streamable HTTP / legacy SSE on 127.0.0.1. Flags make it
+misbehave the ways real servers do: never answer, crash mid-call, print garbage on stdout, list
+10,000 tools or a 2 MB schema, or serve tool definitions from a file the test rewrites between
+two discoveries (a rug pull).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+
+PAGE_SIZE = 500
+
+
+def _echo_tools() -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "echo",
+            "description": "Return the text it was given.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"],
+            },
+            "annotations": {"readOnlyHint": True, "openWorldHint": False},
+        },
+        {
+            "name": "add",
+            "description": "Add two integers.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+        {
+            "name": "sleep",
+            "description": "Sleep for a number of seconds, then answer.",
+            "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
+        },
+    ]
+
+
+def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.tools_file:
+        return list(json.loads(Path(args.tools_file).read_text()))
+    tools = _echo_tools()
+    if args.tool_count:
+        tools = [
+            {
+                "name": f"tool_{index:05d}",
+                "description": f"Generated tool number {index}.",
+                "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}},
+            }
+            for index in range(args.tool_count)
+        ]
+    if args.schema_bytes:
+        field = {
+            "type": "string",
+            "description": "A field of a very large schema, repeated to make it big.",
+        }
+        per_field = len(json.dumps({"field_000000": field}))
+        properties = {
+            f"field_{index:06d}": field for index in range(args.schema_bytes // per_field + 1)
+        }
+        tools.append(
+            {
+                "name": "huge",
+                "description": "A tool with an enormous input schema.",
+                "inputSchema": {"type": "object", "properties": properties},
+            }
+        )
+    return tools
+
+
+def build_server(args: argparse.Namespace) -> Server[Any]:
+    async def list_tools(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        if args.hang_on == "list":
+            await anyio.sleep_forever()
+        tools = [types.Tool.model_validate(d) for d in _definitions(args)]
+        start = int(params.cursor) if params and params.cursor else 0
+        page = tools[start : start + PAGE_SIZE]
+        next_cursor = str(start + PAGE_SIZE) if start + PAGE_SIZE < len(tools) else None
+        return types.ListToolsResult(tools=page, next_cursor=next_cursor)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        arguments = params.arguments or {}
+        if args.hang_on == "call":
+            await anyio.sleep_forever()
+        if args.crash_on_call:
+            sys.stderr.write("scenario server: crashing on purpose\n")
+            sys.stderr.flush()
+            os._exit(3)
+        if params.name == "echo":
+            text = str(arguments.get("text", ""))
+        elif params.name == "add":
+            text = str(int(arguments["a"]) + int(arguments["b"]))
+        elif params.name == "sleep":
+            await anyio.sleep(float(arguments.get("seconds", 0)))
+            text = "slept"
+        else:
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=f"unknown tool {params.name}")],
+                is_error=True,
+            )
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+    async def list_resources(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(uri="memo://greeting", name="greeting", mime_type="text/plain")
+            ]
+        )
+
+    async def list_prompts(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(
+            prompts=[types.Prompt(name="summarise", description="Summarise a text.")]
+        )
+
+    return Server(
+        args.name,
+        version="1.0.0",
+        instructions=args.instructions,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_prompts=list_prompts,
+    )
+
+
+def _sse_app(server: Server[Any]) -> Any:
+    """The legacy HTTP+SSE transport: GET /sse opens the stream, POST /messages/ sends."""
+    from mcp.server.sse import SseServerTransport
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Mount, Route
+
+    transport = SseServerTransport("/messages/")
+
+    async def handle_sse(request: Request) -> Response:
+        async with transport.connect_sse(
+            request.scope, request.receive, request._send
+        ) as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        return Response()
+
+    return Starlette(
+        routes=[
+            Route("/sse", endpoint=handle_sse),
+            Mount("/messages/", app=transport.handle_post_message),
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--name", default="scenario")
+    parser.add_argument("--instructions", default=None)
+    parser.add_argument("--tools-file")
+    parser.add_argument("--tool-count", type=int, default=0)
+    parser.add_argument("--schema-bytes", type=int, default=0)
+    parser.add_argument("--hang-on", choices=["start", "list", "call"])
+    parser.add_argument("--crash-on-call", action="store_true")
+    parser.add_argument("--garbage", action="store_true", help="print only garbage on stdout")
+    parser.add_argument("--stderr-lines", type=int, default=0)
+    parser.add_argument("--http", type=int, help="serve Streamable HTTP on this port")
+    parser.add_argument("--sse", type=int, help="serve legacy SSE on this port")
+    args = parser.parse_args()
+
+    for index in range(args.stderr_lines):
+        sys.stderr.write(f"scenario server stderr line {index}\n")
+    sys.stderr.flush()
+    if args.hang_on == "start":
+        time.sleep(3600)
+    if args.garbage:
+        while True:
+            sys.stdout.write("this is not JSON-RPC {{{\n")
+            sys.stdout.flush()
+            time.sleep(0.05)
+
+    server = build_server(args)
+    if args.http:
+        import uvicorn
+
+        app = server.streamable_http_app(streamable_http_path="/mcp")
+        uvicorn.run(app, host="127.0.0.1", port=args.http, log_level="warning")
+        return
+    if args.sse:
+        import uvicorn
+
+        uvicorn.run(_sse_app(server), host="127.0.0.1", port=args.sse, log_level="warning")
+        return
+
+    from mcp.server.stdio import stdio_server
+
+    async def serve() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(serve)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Warm runtimes in a real RuntimeManager: start, probe, discover, restart, give up, stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from registry.servers.models import RuntimeState, ServerStatus
+from registry.servers.runtime import runtime_claim, runtime_request
+from tests.factories import McpServerFactory
+from tests.mcp_fixtures import scenario_argv
+from tests.process_hygiene import server_processes_started_by
+from workers.runtime import RuntimeManager
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OWNER = "runtime-test@host"
+
+
+@pytest.fixture
+def manager():
+    runtime_manager = RuntimeManager(OWNER, heartbeat_seconds=0.5)
+    runtime_manager.start()
+    yield runtime_manager
+    runtime_manager.shutdown()
+
+
+def _warm_server(*flags, **fields):
+    fields.setdefault("review_status", "approved")
+    server = McpServerFactory(command=scenario_argv(*flags), **fields)
+    runtime_request(server=server, action="start", actor="test")
+    return server
+
+
+def _wait_for(condition, *, timeout=30.0, what="the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _state(server):
+    return ServerStatus.objects.get(server=server)
+
+
+def _my_server_processes():
+    return server_processes_started_by({f"{socket.gethostname()}:{os.getpid()}"})
+
+
+def test_it_starts_probes_and_discovers_through_the_warm_session(manager):
+    server = _warm_server()
+
+    assert manager.command(server.pk, "start") == "running"
+
+    status = _state(server)
+    assert (status.runtime_state, status.runtime_owner) == (RuntimeState.RUNNING, OWNER)
+    [result] = manager.probe_batch([server.pk])
+    assert result.ok
+    outcome = manager.discover(server.pk)
+    assert outcome.ok
+    assert outcome.via == "warm runtime"
+    assert len(outcome.tools) == 3
+    assert len(_my_server_processes()) == 1
+
+
+def test_a_second_worker_cannot_take_a_live_runtime(manager):
+    server = _warm_server()
+    manager.command(server.pk, "start")
+    assert not runtime_claim(server_id=server.pk, owner="other@host")
+
+
+def test_a_runtime_whose_process_dies_is_restarted(manager):
+    server = _warm_server("--crash-on-call", restart_max_attempts=3)
+    manager.command(server.pk, "start")
+    [first_pid] = _my_server_processes()
+
+    os.killpg(os.getpgid(first_pid), signal.SIGKILL)
+    [probe] = manager.probe_batch([server.pk])  # finds the session dead
+
+    assert not probe.ok
+    _wait_for(lambda: _state(server).runtime_state == RuntimeState.RUNNING
+              and _state(server).runtime_restarts == 1, what="the restart")
+    [second] = manager.probe_batch([server.pk])
+    assert second.ok
+    assert _my_server_processes() != [first_pid]
+
+
+def test_it_gives_up_after_the_restart_policy_and_says_why(manager):
+    server = _warm_server(restart_max_attempts=1)
+    McpServerFactory._meta.model.objects.filter(pk=server.pk).update(command=["/nope/mcp"])
+
+    manager.command(server.pk, "start")
+
+    _wait_for(lambda: _state(server).runtime_state == RuntimeState.FAILED, what="giving up")
+    status = _state(server)
+    assert "Gave up after 1 restart(s)" in status.runtime_error
+    assert "not found: /nope/mcp" in status.runtime_error
+    assert status.runtime_owner == ""
+
+
+def test_stopping_ends_the_process_and_records_it(manager):
+    server = _warm_server()
+    manager.command(server.pk, "start")
+
+    assert manager.command(server.pk, "stop") == "stopped"
+
+    assert _state(server).runtime_state == RuntimeState.STOPPED
+    _wait_for(lambda: not _my_server_processes(), timeout=10, what="the process to end")
+
+
+def test_a_runtime_taken_over_elsewhere_is_stopped_here(manager):
+    server = _warm_server()
+    manager.command(server.pk, "start")
+
+    ServerStatus.objects.filter(server=server).update(runtime_owner="other@host")
+
+    _wait_for(lambda: not manager.holds(server.pk), timeout=10, what="the runtime to let go")
+    _wait_for(lambda: not _my_server_processes(), timeout=10, what="the process to end")
+
+
+def test_shutting_the_manager_down_stops_every_runtime():
+    runtime_manager = RuntimeManager(OWNER, heartbeat_seconds=0.5)
+    runtime_manager.start()
+    servers = [_warm_server() for _ in range(3)]
+    for server in servers:
+        runtime_manager.command(server.pk, "start")
+    assert len(_my_server_processes()) == 3
+
+    runtime_manager.shutdown()
+
+    assert not _my_server_processes()
+    assert set(
+        ServerStatus.objects.filter(server__in=servers).values_list("runtime_state", flat=True)
+    ) == {RuntimeState.STOPPED}
+
+
+def test_discovery_of_a_runtime_not_held_here_fails_clearly(manager):
+    outcome = manager.discover(999_999)
+    assert not outcome.ok
+    assert "not held here" in outcome.error

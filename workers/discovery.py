@@ -1,0 +1,84 @@
+"""Discovering a server: open a session, list what it offers, hand the outcome to the registry."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+
+from registry.servers.discovery import DiscoveryOutcome, discovery_claim, discovery_record
+from registry.servers.launch import LaunchPlan, server_launch_plan
+from workers.adapters.mcp_client import McpConnection, McpFailure, connect, elapsed_ms
+from workers.launch import discovery_deadlines, target_for
+from workers.runtime_host import current_manager
+
+
+async def list_everything(
+    connection: McpConnection, *, timings: dict[str, float], via: str
+) -> DiscoveryOutcome:
+    """List tools, resources and prompts on an open session."""
+    start = time.perf_counter()
+    tools = await connection.list_tools()
+    timings["list_tools"] = elapsed_ms(start)
+    start = time.perf_counter()
+    resources = await connection.list_resources()
+    timings["list_resources"] = elapsed_ms(start)
+    start = time.perf_counter()
+    prompts = await connection.list_prompts()
+    timings["list_prompts"] = elapsed_ms(start)
+    identity = connection.identity
+    return DiscoveryOutcome(
+        ok=True,
+        protocol_version=identity.protocol_version,
+        server_info=identity.server_info,
+        capabilities=identity.capabilities,
+        instructions=identity.instructions,
+        tools=tools,
+        resources=resources,
+        prompts=prompts,
+        timings_ms=timings,
+        stderr_tail=connection.stderr_tail(),
+        via=via,
+    )
+
+
+def failed_outcome(failure: McpFailure, *, timings: dict[str, float], via: str) -> DiscoveryOutcome:
+    return DiscoveryOutcome(
+        ok=False,
+        error=failure.describe(),
+        error_kind=failure.kind,
+        stderr_tail=failure.stderr_tail,
+        timings_ms=timings,
+        via=via,
+    )
+
+
+async def discover_plan(plan: LaunchPlan) -> DiscoveryOutcome:
+    """Discover a server over a session of its own, opened and closed here."""
+    timings: dict[str, float] = {}
+    via = "ephemeral session"
+    start = time.perf_counter()
+    try:
+        target = target_for(plan)
+        async with connect(target, deadlines=discovery_deadlines(plan)) as connection:
+            timings["connect"] = elapsed_ms(start)
+            outcome = await list_everything(connection, timings=timings, via=via)
+    except McpFailure as failure:
+        timings["total"] = elapsed_ms(start)
+        return failed_outcome(failure, timings=timings, via=via)
+    timings["total"] = elapsed_ms(start)
+    return outcome
+
+
+def run_discovery(run_id: int) -> None:
+    """Claim a discovery run, discover, record. Runs in a worker; safe to run twice."""
+    run = discovery_claim(run_id=run_id)
+    if run is None:
+        return
+    plan = server_launch_plan(server=run.server)
+    manager = current_manager()
+    if manager is not None and manager.holds(plan.server_id):
+        outcome = manager.discover(plan.server_id)
+    else:
+        outcome = anyio.run(discover_plan, plan)
+    discovery_record(run=run, outcome=outcome)

@@ -1,0 +1,84 @@
+"""Health checks: probe servers concurrently (bounded) and record the outcomes in one batch."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+from django.conf import settings
+
+from registry.servers.health import HealthResult, health_record
+from registry.servers.launch import LaunchPlan, server_launch_plan
+from registry.servers.models import McpServer
+from workers.adapters.mcp_client import McpConnection, McpFailure, connect, elapsed_ms
+from workers.launch import health_deadlines, target_for
+
+
+async def probe(connection: McpConnection, plan: LaunchPlan) -> None:
+    """The server's chosen probe: tools/list, ping where the protocol has it, or a tool call."""
+    if plan.health_check_method == "ping" and connection.has_ping:
+        await connection.ping()
+    elif plan.health_check_method == "tool_call" and plan.health_check_tool:
+        result = await connection.call_tool(
+            plan.health_check_tool,
+            plan.health_check_arguments,
+            timeout=plan.health_check_timeout_seconds,
+        )
+        if result.get("isError"):
+            text = " ".join(
+                str(part.get("text", ""))
+                for part in result.get("content", [])
+                if isinstance(part, dict)
+            )
+            raise McpFailure(
+                "protocol", f"The health-check tool answered with an error: {text[:300]}"
+            )
+    else:
+        await connection.list_tools()
+
+
+async def check_plan(plan: LaunchPlan) -> HealthResult:
+    """Connect, probe and close, all within the server's health-check timeout."""
+    start = time.perf_counter()
+    timeout = float(plan.health_check_timeout_seconds)
+    try:
+        with anyio.fail_after(timeout + 1):
+            target = target_for(plan)
+            async with connect(target, deadlines=health_deadlines(plan)) as connection:
+                await probe(connection, plan)
+    except McpFailure as failure:
+        return HealthResult(
+            plan.server_id, ok=False, latency_ms=elapsed_ms(start), error=failure.describe()
+        )
+    except TimeoutError:
+        return HealthResult(
+            plan.server_id,
+            ok=False,
+            latency_ms=elapsed_ms(start),
+            error=f"The health check took longer than {timeout:g} s.",
+        )
+    return HealthResult(plan.server_id, ok=True, latency_ms=elapsed_ms(start))
+
+
+async def check_plans(plans: list[LaunchPlan], *, concurrency: int) -> list[HealthResult]:
+    results: list[HealthResult] = []
+    limiter = anyio.CapacityLimiter(max(1, concurrency))
+
+    async def one(plan: LaunchPlan) -> None:
+        async with limiter:
+            results.append(await check_plan(plan))
+
+    async with anyio.create_task_group() as group:
+        for plan in plans:
+            group.start_soon(one, plan)
+    return results
+
+
+def run_health_batch(server_ids: list[int]) -> list[HealthResult]:
+    servers = McpServer.objects.filter(pk__in=server_ids)
+    plans = [server_launch_plan(server=server) for server in servers]
+    results = anyio.run(
+        lambda: check_plans(plans, concurrency=settings.TOOLROOM_HEALTH_CONCURRENCY)
+    )
+    health_record(results=results)
+    return results

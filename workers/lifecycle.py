@@ -1,0 +1,57 @@
+"""What a worker does when it starts and stops: clean up after dead predecessors, hold runtimes.
+
+Every worker kills orphaned server processes on its host. A worker that consumes the runtime
+queue with the threads (or solo) pool also runs the RuntimeManager; a prefork runtime worker
+would run tasks in child processes that cannot reach the manager, so it is refused loudly.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.signals import worker_ready, worker_shutdown
+
+from registry.core import task_queue
+from registry.servers.runtime import runtime_forget_owner
+from workers.janitor import kill_orphans
+from workers.runtime import start_manager, stop_manager
+
+logger = logging.getLogger(__name__)
+
+
+def _consumed_queues(consumer: Any) -> set[str]:
+    try:
+        return {queue.name for queue in consumer.task_consumer.queues}
+    except AttributeError:
+        return set()
+
+
+def _pool_name(consumer: Any) -> str:
+    pool = getattr(consumer, "pool", None)
+    return type(pool).__module__.rsplit(".", 1)[-1] if pool is not None else ""
+
+
+@worker_ready.connect
+def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
+    kill_orphans()
+    if task_queue.RUNTIME_QUEUE not in _consumed_queues(sender):
+        return
+    pool = _pool_name(sender)
+    if pool not in ("thread", "solo"):
+        logger.error(
+            "this worker consumes the runtime queue with the %r pool; warm runtimes need the "
+            "threads pool (celery worker -P threads -Q runtime); not holding any",
+            pool,
+        )
+        return
+    owner = sender.hostname
+    runtime_forget_owner(owner=owner)
+    start_manager(owner)
+    logger.info("runtime manager started as %s", owner)
+    task_queue.send_now(task_queue.RUNTIME_RECONCILE, expires=60)
+
+
+@worker_shutdown.connect
+def on_worker_shutdown(**kwargs: Any) -> None:
+    stop_manager()

@@ -1,0 +1,320 @@
+"""`manage.py mcp`: discover, check, start and stop servers, and approve them, from a shell.
+
+Every subcommand goes through the same services as the admin. Discovery is done by the workers
+(the command waits for them and shows progress) unless --inline asks for it to run right here.
+"""
+
+from __future__ import annotations
+
+import getpass
+import time
+from typing import Any
+
+import anyio
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import QuerySet
+
+from registry.core.errors import ApplicationError
+from registry.servers import services
+from registry.servers.discovery import discovery_claim, discovery_record, discovery_request
+from registry.servers.health import health_record
+from registry.servers.launch import server_launch_plan
+from registry.servers.models import DiscoveryRun, McpServer, ReviewStatus, Tool
+from registry.servers.runtime import runtime_request
+from registry.servers.selectors import server_list_with_tool_counts
+from workers.discovery import discover_plan
+from workers.health import check_plans
+
+POLL_SECONDS = 0.5
+
+
+def _actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+class Command(BaseCommand):
+    help = "Discover, health-check, start/stop and approve MCP servers."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+        discover = sub.add_parser("discover", help="List a server's tools, resources, prompts.")
+        discover.add_argument("slugs", nargs="*", metavar="SLUG")
+        discover.add_argument("--all", action="store_true", help="every server not retired")
+        discover.add_argument(
+            "--async", dest="no_wait", action="store_true", help="only ask the workers; do not wait"
+        )
+        discover.add_argument(
+            "--inline", action="store_true", help="discover in this process instead of the workers"
+        )
+        discover.add_argument(
+            "--timeout",
+            type=float,
+            default=180.0,
+            help="seconds to wait for the workers (default 180)",
+        )
+
+        check = sub.add_parser("check", help="Check servers' health now, in this process.")
+        check.add_argument("slugs", nargs="*", metavar="SLUG")
+        check.add_argument("--all", action="store_true")
+
+        sub.add_parser("status", help="The fleet as a table.")
+
+        for name in ("start", "stop", "restart"):
+            runtime = sub.add_parser(name, help=f"{name.capitalize()} a server's warm runtime.")
+            runtime.add_argument("slug", metavar="SLUG")
+
+        approve = sub.add_parser("approve", help="Approve a server (submitting it if needed).")
+        approve.add_argument("slug", metavar="SLUG")
+        approve.add_argument("--note", default="", help="what was reviewed")
+
+        tools = sub.add_parser("approve-tools", help="Approve tools at their current hashes.")
+        tools.add_argument("slug", metavar="SLUG")
+        tools.add_argument("--tool", action="append", default=[], metavar="NAME")
+        tools.add_argument("--all", action="store_true", help="every tool not yet approved")
+        tools.add_argument(
+            "--acknowledge-findings",
+            action="store_true",
+            help="also approve tools the scanner flagged (you read the findings)",
+        )
+        tools.add_argument("--note", default="")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options["action"].replace("-", "_")
+        try:
+            getattr(self, f"_{action}")(options)
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from exc
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _server(self, slug: str) -> McpServer:
+        server = McpServer.objects.filter(slug=slug).first()
+        if server is None:
+            raise CommandError(f"No server with the slug {slug!r} (see `manage.py mcp status`).")
+        return server
+
+    def _servers(self, options: dict[str, Any]) -> QuerySet[McpServer]:
+        if options.get("all"):
+            if options["slugs"]:
+                raise CommandError("Give server slugs or --all, not both.")
+            return McpServer.objects.exclude(review_status=ReviewStatus.RETIRED).order_by("slug")
+        if not options["slugs"]:
+            raise CommandError("Name at least one server slug, or --all.")
+        for slug in options["slugs"]:
+            self._server(slug)
+        return McpServer.objects.filter(slug__in=options["slugs"]).order_by("slug")
+
+    # --- discover ------------------------------------------------------------------------------
+
+    def _discover(self, options: dict[str, Any]) -> None:
+        servers = list(self._servers(options))
+        if options["inline"]:
+            self._discover_inline(servers)
+            return
+        runs = [
+            discovery_request(server=server, actor=_actor(), trigger="command")
+            for server in servers
+        ]
+        if options["no_wait"]:
+            for run in runs:
+                self.stdout.write(f"queued discovery #{run.pk} of {run.server.slug}")
+            return
+        self._wait_for(runs, timeout=options["timeout"])
+
+    def _wait_for(self, runs: list[DiscoveryRun], *, timeout: float) -> None:
+        pending = {run.pk for run in runs}
+        total = len(runs)
+        failed = 0
+        deadline = time.monotonic() + timeout
+        started_any = False
+        while pending and time.monotonic() < deadline:
+            for run in DiscoveryRun.objects.filter(pk__in=pending).select_related("server"):
+                started_any = started_any or run.status != "queued"
+                if not run.is_finished:
+                    continue
+                pending.discard(run.pk)
+                failed += run.status == "failed"
+                done = total - len(pending)
+                self._report_run(run, prefix=f"[{done}/{total}] " if total > 1 else "")
+            if pending:
+                time.sleep(POLL_SECONDS)
+        if pending:
+            hint = (
+                ""
+                if started_any
+                else " No worker has picked the work up: is a worker running? (`make run` starts "
+                "one), or discover in this process with --inline."
+            )
+            raise CommandError(
+                f"{len(pending)} discovery run(s) not finished after {timeout:g} s.{hint}"
+            )
+        if total > 1:
+            self.stdout.write(f"{total - failed} discovered, {failed} failed.")
+        if failed:
+            raise CommandError(f"{failed} discovery run(s) failed.")
+
+    def _discover_inline(self, servers: list[McpServer]) -> None:
+        failed = 0
+        for index, server in enumerate(servers, start=1):
+            run = discovery_request(server=server, actor=_actor(), trigger="command (inline)")
+            claimed = discovery_claim(run_id=run.pk)
+            if claimed is None:
+                self.stdout.write(f"{server.slug}: a worker is already discovering it")
+                continue
+            outcome = anyio.run(discover_plan, server_launch_plan(server=server))
+            finished = discovery_record(run=claimed, outcome=outcome, actor=_actor())
+            failed += finished.status == "failed"
+            prefix = f"[{index}/{len(servers)}] " if len(servers) > 1 else ""
+            self._report_run(finished, prefix=prefix)
+        if failed:
+            raise CommandError(f"{failed} discovery run(s) failed.")
+
+    def _report_run(self, run: DiscoveryRun, *, prefix: str = "") -> None:
+        report = run.summary or {}
+        slug = run.server.slug
+        if run.status == "failed":
+            self.stdout.write(self.style.ERROR(f"{prefix}{slug}: failed: {run.error}"))
+            return
+        counts = report.get("counts", {})
+        changes = report.get("changes", {})
+        info = report.get("server_info", {})
+        findings = report.get("findings", {})
+        timings = report.get("timings_ms", {})
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"{prefix}{slug}: {counts.get('tools', 0)} tools, {counts.get('resources', 0)} "
+                f"resources, {counts.get('prompts', 0)} prompts in "
+                f"{timings.get('total', 0):.0f} ms via {report.get('via', '?')}"
+            )
+        )
+        self.stdout.write(
+            f"    server {info.get('name', '?')} {info.get('version', '')}, protocol "
+            f"{report.get('protocol_version', '?')}"
+        )
+        for key in ("added", "changed", "removed", "returned", "approvals_dropped"):
+            if changes.get(key):
+                names = ", ".join(changes[key][:10]) + (" ..." if len(changes[key]) > 10 else "")
+                self.stdout.write(f"    {key.replace('_', ' ')}: {names}")
+        if findings.get("tools_flagged_count"):
+            kinds = ", ".join(f"{k} x{n}" for k, n in sorted(findings.get("by_kind", {}).items()))
+            self.stdout.write(
+                self.style.WARNING(
+                    f"    scanner flagged {findings['tools_flagged_count']} tool(s): {kinds}"
+                )
+            )
+
+    # --- check, status -----------------------------------------------------------------------
+
+    def _check(self, options: dict[str, Any]) -> None:
+        plans = [server_launch_plan(server=server) for server in self._servers(options)]
+        results = anyio.run(lambda: check_plans(plans, concurrency=20))
+        health_record(results=results)
+        names = {plan.server_id: plan.slug for plan in plans}
+        for result in sorted(results, key=lambda r: names[r.server_id]):
+            line = f"{names[result.server_id]}: {'ok' if result.ok else 'FAILED'}"
+            if result.latency_ms is not None:
+                line += f" in {result.latency_ms:.0f} ms"
+            if result.error:
+                line += f": {result.error.splitlines()[0]}"
+            self.stdout.write(self.style.SUCCESS(line) if result.ok else self.style.ERROR(line))
+        if not all(result.ok for result in results):
+            raise CommandError("Some health checks failed.")
+
+    def _status(self, options: dict[str, Any]) -> None:
+        rows = [
+            ("SERVER", "REVIEW", "HEALTH", "TOOLS", "LAST CHECK", "LATENCY", "RUNTIME", "ERROR")
+        ]
+        for server in server_list_with_tool_counts().order_by("slug"):
+            status = getattr(server, "status", None)
+            last = (
+                status.last_checked_at.strftime("%Y-%m-%d %H:%M:%S")
+                if (status and status.last_checked_at)
+                else "never"
+            )
+            latency = f"{status.latency_ms:.0f} ms" if status and status.latency_ms else "-"
+            error = ""
+            if status:
+                error = status.last_error or status.runtime_error or status.last_discovery_error
+            rows.append(
+                (
+                    server.slug,
+                    server.review_status,
+                    status.health if status else "unknown",
+                    f"{server.tools_approved}/{server.tools_total}",  # type: ignore[attr-defined]
+                    last,
+                    latency,
+                    status.runtime_state if status else "stopped",
+                    error.splitlines()[0][:60] if error else "",
+                )
+            )
+        widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            self.stdout.write(
+                "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+            )
+        self.stdout.write("TOOLS is approved/total.")
+
+    # --- runtimes --------------------------------------------------------------------------
+
+    def _runtime(self, slug: str, action: str) -> None:
+        runtime_request(server=self._server(slug), action=action, actor=_actor())  # type: ignore[arg-type]
+        self.stdout.write(f"Asked the workers to {action} {slug}.")
+
+    def _start(self, options: dict[str, Any]) -> None:
+        self._runtime(options["slug"], "start")
+
+    def _stop(self, options: dict[str, Any]) -> None:
+        self._runtime(options["slug"], "stop")
+
+    def _restart(self, options: dict[str, Any]) -> None:
+        self._runtime(options["slug"], "restart")
+
+    # --- approvals ----------------------------------------------------------------------------
+
+    def _approve(self, options: dict[str, Any]) -> None:
+        server = self._server(options["slug"])
+        if server.review_status in (ReviewStatus.DRAFT, ReviewStatus.REJECTED):
+            server = services.server_submit_for_review(actor=_actor(), server=server)
+        server = services.server_approve(actor=_actor(), server=server, note=options["note"])
+        self.stdout.write(self.style.SUCCESS(f"{server.slug} is approved."))
+
+    def _approve_tools(self, options: dict[str, Any]) -> None:
+        server = self._server(options["slug"])
+        if not options["tool"] and not options["all"]:
+            raise CommandError("Name tools with --tool NAME, or approve every tool with --all.")
+        tools = Tool.objects.filter(server=server, removed_at__isnull=True).order_by("name")
+        if options["tool"]:
+            unknown = set(options["tool"]) - set(tools.values_list("name", flat=True))
+            if unknown:
+                raise CommandError(
+                    f"{server.slug} offers no tool named {', '.join(sorted(unknown))}."
+                )
+            tools = tools.filter(name__in=options["tool"])
+        approved = skipped = 0
+        for tool in tools:
+            if tool.is_approved:
+                continue
+            if tool.findings and not options["acknowledge_findings"]:
+                self.stdout.write(
+                    self.style.WARNING(
+                        f"{tool.name}: not approved, the scanner flagged it ({len(tool.findings)} "
+                        "finding(s)); read them and use --acknowledge-findings"
+                    )
+                )
+                skipped += 1
+                continue
+            services.tool_approve(
+                actor=_actor(),
+                tool=tool,
+                note=options["note"],
+                acknowledge_findings=options["acknowledge_findings"],
+            )
+            approved += 1
+            self.stdout.write(f"{tool.name}: approved at {tool.definition_hash[:12]}")
+        self.stdout.write(f"{approved} tool(s) approved, {skipped} refused.")
+        if skipped:
+            raise CommandError(f"{skipped} tool(s) with scanner findings were not approved.")

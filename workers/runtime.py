@@ -1,0 +1,402 @@
+"""Warm runtimes: servers kept running with an open session inside a runtime worker.
+
+A runtime worker is a Celery worker that consumes the `runtime` queue (and its own worker-direct
+queue) with the threads pool. When it is ready it starts one `RuntimeManager`: an asyncio event
+loop in a thread of its own. Each warm server has exactly one owner task on that loop, which
+opens the session, serves requests (each in a child task, so a slow call does not block a probe),
+restarts the session within the server's restart policy, and closes it. Celery tasks running in
+the same process hand work to the loop and wait for the answer. See docs/workers.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+from django.db import close_old_connections
+
+from registry.servers.discovery import DiscoveryOutcome
+from registry.servers.health import HealthResult
+from registry.servers.launch import LaunchPlan, server_launch_plan
+from registry.servers.models import McpServer, RuntimeState
+from registry.servers.runtime import runtime_claim, runtime_heartbeat, runtime_report
+from workers.adapters.mcp_client import (
+    Deadlines,
+    McpConnection,
+    McpFailure,
+    connect,
+    elapsed_ms,
+)
+from workers.discovery import failed_outcome, list_everything
+from workers.health import probe
+from workers.launch import target_for
+from workers.runtime_host import current_manager, set_manager
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+HEARTBEAT_SECONDS = 10.0
+RESTART_BACKOFF_BASE = 1.0
+RESTART_BACKOFF_MAX = 60.0
+COMMAND_TIMEOUT = 120.0
+
+
+async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run ORM code off the event loop, in a thread, closing stale connections after."""
+
+    def call() -> T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return await anyio.to_thread.run_sync(call)
+
+
+@dataclass
+class _Request:
+    work: Callable[[McpConnection], Awaitable[Any]]
+    future: asyncio.Future[Any]
+    # A failure of this kind means the session is gone; the owner restarts it.
+    fatal: bool = False
+
+
+_STOP = object()
+_DEAD = object()
+
+
+class WarmRuntime:
+    """One server's warm session and the task that owns it."""
+
+    def __init__(self, manager: RuntimeManager, plan: LaunchPlan) -> None:
+        self.manager = manager
+        self.plan = plan
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.ready = asyncio.Event()
+        self.finished = asyncio.Event()
+        self.stopping = False
+        self.restarts = 0
+        self.last_error = ""
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def server_id(self) -> int:
+        return self.plan.server_id
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(
+            self._own(), name=f"runtime:{self.plan.slug}"
+        )
+
+    async def request(
+        self, work: Callable[[McpConnection], Awaitable[T]], *, fatal: bool = False
+    ) -> T:
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        await self.queue.put(_Request(work, future, fatal))
+        return await future
+
+    async def stop(self) -> None:
+        self.stopping = True
+        await self.queue.put(_STOP)
+        await self.finished.wait()
+
+    async def _report(self, state: RuntimeState, *, error: str = "", stderr: str = "") -> None:
+        still_ours = await _db(
+            runtime_report,
+            server_id=self.server_id,
+            owner=self.manager.owner,
+            state=state,
+            error=error,
+            stderr_tail=stderr or None,
+            restarts=self.restarts,
+        )
+        if not still_ours and state not in (RuntimeState.STOPPED, RuntimeState.FAILED):
+            logger.warning("%s was taken over by another worker; stopping", self.plan.slug)
+            self.stopping = True
+
+    async def _own(self) -> None:
+        """Open, serve, restart within policy, close: everything on this one task."""
+        try:
+            while not self.stopping:
+                failure = await self._session_once()
+                if self.stopping or failure is None:
+                    break
+                self.last_error = failure.describe()
+                self.ready.clear()
+                exhausted = (
+                    self.plan.restart_policy == "never"
+                    or self.restarts >= self.plan.restart_max_attempts
+                )
+                if exhausted:
+                    await self._report(
+                        RuntimeState.FAILED,
+                        error=f"Gave up after {self.restarts} restart(s): {self.last_error}",
+                        stderr=failure.stderr_tail,
+                    )
+                    return
+                self.restarts += 1
+                await self._report(
+                    RuntimeState.STARTING, error=self.last_error, stderr=failure.stderr_tail
+                )
+                delay = min(RESTART_BACKOFF_BASE * 2 ** (self.restarts - 1), RESTART_BACKOFF_MAX)
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311
+            await self._report(RuntimeState.STOPPED)
+        except Exception:
+            logger.exception("runtime %s crashed", self.plan.slug)
+        finally:
+            self.ready.clear()
+            self._fail_pending("The warm runtime stopped.")
+            self.finished.set()
+
+    async def _session_once(self) -> McpFailure | None:
+        """Hold one session until stopped (None) or until it dies (the failure)."""
+        deadlines = Deadlines(
+            connect=60.0, call=float(max(30, self.plan.health_check_timeout_seconds))
+        )
+        try:
+            target = target_for(self.plan)
+            async with connect(target, deadlines=deadlines) as connection:
+                await self._report(RuntimeState.RUNNING, stderr=connection.stderr_tail())
+                self.ready.set()
+                return await self._serve(connection)
+        except McpFailure as failure:
+            return failure
+
+    async def _serve(self, connection: McpConnection) -> McpFailure | None:
+        death: list[McpFailure] = []
+
+        async def handle(request: _Request) -> None:
+            try:
+                result = await request.work(connection)
+            except McpFailure as failure:
+                if not request.future.done():
+                    request.future.set_exception(failure)
+                if failure.kind == "closed" or (request.fatal and failure.kind == "timeout"):
+                    death.append(failure)
+                    await self.queue.put(_DEAD)
+            except Exception as exc:
+                if not request.future.done():
+                    request.future.set_exception(exc)
+            else:
+                if not request.future.done():
+                    request.future.set_result(result)
+
+        async with anyio.create_task_group() as group:
+            while True:
+                item = await self.queue.get()
+                if item is _STOP:
+                    group.cancel_scope.cancel()
+                    return None
+                if item is _DEAD:
+                    group.cancel_scope.cancel()
+                    return death[0]
+                group.start_soon(handle, item)
+        return None
+
+    def _fail_pending(self, message: str) -> None:
+        while not self.queue.empty():
+            item = self.queue.get_nowait()
+            if isinstance(item, _Request) and not item.future.done():
+                item.future.set_exception(McpFailure("closed", message))
+
+
+class RuntimeManager:
+    """The warm runtimes of one runtime worker, on an event loop in a thread of its own."""
+
+    def __init__(self, owner: str, *, heartbeat_seconds: float = HEARTBEAT_SECONDS) -> None:
+        self.owner = owner
+        self.heartbeat_seconds = heartbeat_seconds
+        self.runtimes: dict[int, WarmRuntime] = {}
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._run_loop, name="toolroom-runtimes", daemon=True
+        )
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    # --- lifecycle (called from the worker's main thread) -----------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+        self._call(self._start_heartbeat(), timeout=10)
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        with contextlib.suppress(Exception):
+            self._call(self._stop_all(), timeout=timeout)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+        self.loop.close()
+
+    def _call(self, coro: Awaitable[T], *, timeout: float = COMMAND_TIMEOUT) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    # --- what Celery tasks call (from pool threads) ---------------------------------------------
+
+    def holds(self, server_id: int) -> bool:
+        runtime = self.runtimes.get(server_id)
+        return runtime is not None and not runtime.finished.is_set()
+
+    def command(self, server_id: int, action: str) -> str:
+        return self._call(self._command(server_id, action))
+
+    def discover(self, server_id: int) -> DiscoveryOutcome:
+        return self._call(self._discover(server_id))
+
+    def probe_batch(self, server_ids: list[int]) -> list[HealthResult]:
+        return self._call(self._probe_batch(server_ids))
+
+    # --- on the loop ----------------------------------------------------------------------------
+
+    async def _start_heartbeat(self) -> None:
+        self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_seconds)
+            held = [pk for pk, runtime in self.runtimes.items() if not runtime.finished.is_set()]
+            try:
+                lost = await _db(runtime_heartbeat, owner=self.owner, server_ids=held)
+            except Exception:
+                logger.exception("runtime heartbeat failed")
+                continue
+            for pk in lost:
+                runtime = self.runtimes.pop(pk, None)
+                if runtime is not None:
+                    logger.warning("lost the claim on %s; stopping it here", runtime.plan.slug)
+                    runtime.stopping = True
+                    await runtime.queue.put(_STOP)
+
+    async def _command(self, server_id: int, action: str) -> str:
+        if action in ("stop", "restart"):
+            runtime = self.runtimes.pop(server_id, None)
+            if runtime is not None:
+                await runtime.stop()
+            if action == "stop":
+                return "stopped"
+        return await self._ensure_started(server_id)
+
+    async def _ensure_started(self, server_id: int) -> str:
+        if self.holds(server_id):
+            return "running"
+        server = await _db(McpServer.objects.filter(pk=server_id).first)
+        if server is None or not server.auto_start:
+            return "not wanted"
+        if not await _db(runtime_claim, server_id=server_id, owner=self.owner):
+            return "held elsewhere"
+        plan = await _db(server_launch_plan, server=server)
+        runtime = WarmRuntime(self, plan)
+        self.runtimes[server_id] = runtime
+        runtime.start()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(60):
+                ready = asyncio.ensure_future(runtime.ready.wait())
+                done = asyncio.ensure_future(runtime.finished.wait())
+                await asyncio.wait({ready, done}, return_when=asyncio.FIRST_COMPLETED)
+                for waiter in (ready, done):
+                    waiter.cancel()
+        return "running" if runtime.ready.is_set() else "starting"
+
+    async def _stop_all(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        runtimes = list(self.runtimes.values())
+        self.runtimes.clear()
+        await asyncio.gather(*(runtime.stop() for runtime in runtimes), return_exceptions=True)
+
+    async def _discover(self, server_id: int) -> DiscoveryOutcome:
+        runtime = self.runtimes.get(server_id)
+        via = "warm runtime"
+        if runtime is None:
+            return failed_outcome(
+                McpFailure("closed", "The warm runtime is not held here any more."),
+                timings={},
+                via=via,
+            )
+        start = time.perf_counter()
+
+        async def work(connection: McpConnection) -> DiscoveryOutcome:
+            return await list_everything(connection, timings={}, via=via)
+
+        try:
+            async with asyncio.timeout(120):
+                await runtime.ready.wait()
+            outcome = await runtime.request(work)
+        except (McpFailure, TimeoutError) as exc:
+            failure = (
+                exc
+                if isinstance(exc, McpFailure)
+                else McpFailure("timeout", "The warm runtime was not ready within 120 s.")
+            )
+            return failed_outcome(failure, timings={"total": elapsed_ms(start)}, via=via)
+        outcome.timings_ms["total"] = elapsed_ms(start)
+        return outcome
+
+    async def _probe_one(self, server_id: int) -> HealthResult:
+        runtime = self.runtimes.get(server_id)
+        start = time.perf_counter()
+        if runtime is None or not runtime.ready.is_set():
+            error = (runtime.last_error if runtime else "") or "The warm runtime is not running."
+            return HealthResult(server_id, ok=False, error=error)
+        timeout = float(runtime.plan.health_check_timeout_seconds)
+        plan = runtime.plan
+
+        async def work(connection: McpConnection) -> None:
+            try:
+                async with asyncio.timeout(timeout):
+                    await probe(connection, plan)
+            except TimeoutError:
+                raise McpFailure(
+                    "timeout", f"The warm runtime did not answer within {timeout:g} s."
+                ) from None
+
+        try:
+            async with asyncio.timeout(timeout + 5):
+                await runtime.request(work, fatal=True)
+        except McpFailure as failure:
+            return HealthResult(
+                server_id, ok=False, latency_ms=elapsed_ms(start), error=failure.describe()
+            )
+        except TimeoutError:
+            return HealthResult(
+                server_id,
+                ok=False,
+                latency_ms=elapsed_ms(start),
+                error=f"The warm runtime did not answer within {timeout:g} s.",
+            )
+        return HealthResult(server_id, ok=True, latency_ms=elapsed_ms(start))
+
+    async def _probe_batch(self, server_ids: list[int]) -> list[HealthResult]:
+        return list(await asyncio.gather(*(self._probe_one(pk) for pk in server_ids)))
+
+
+def start_manager(owner: str) -> RuntimeManager:
+    manager = current_manager()
+    if manager is None:
+        manager = RuntimeManager(owner)
+        manager.start()
+        set_manager(manager)
+    return manager
+
+
+def stop_manager() -> None:
+    manager = current_manager()
+    if manager is not None:
+        set_manager(None)
+        manager.shutdown()

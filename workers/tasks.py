@@ -1,0 +1,120 @@
+"""Celery tasks: thin entry points that take ids, call one piece of worker code, and retry safely.
+
+Task names are the ones the control plane sends (registry/core/task_queue.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db import OperationalError
+from django.utils import timezone
+
+from registry.core import task_queue
+from registry.servers.discovery import discovery_request
+from registry.servers.health import (
+    health_claim_due,
+    health_dispatch,
+    health_history_prune,
+    health_record,
+)
+from registry.servers.models import McpServer, ReviewStatus
+from registry.servers.runtime import runtime_reconcile_plan
+from workers import lifecycle  # noqa: F401 - connects the worker start/stop hooks
+from workers.celery import app
+from workers.discovery import run_discovery
+from workers.health import run_health_batch
+from workers.runtime_host import current_manager
+
+logger = logging.getLogger(__name__)
+
+# Database hiccups (a lock, a restarted server) are worth a retry; anything else is a bug.
+RETRYABLE = (OperationalError,)
+DISCOVERY_MAX_AGE = timedelta(hours=6)
+
+
+@app.task(
+    name=task_queue.DISCOVER_SERVER,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    retry_jitter=True,
+    max_retries=3,
+)
+def discover_server(run_id: int) -> None:
+    run_discovery(run_id)
+
+
+@app.task(name=task_queue.HEALTH_SWEEP)
+def health_sweep() -> int:
+    """Claim the servers due for a check and fan them out in bounded batches."""
+    server_ids = health_claim_due()
+    if server_ids:
+        health_dispatch(server_ids=server_ids)
+    return len(server_ids)
+
+
+@app.task(name=task_queue.HEALTH_CHECK_BATCH, autoretry_for=RETRYABLE, max_retries=2)
+def health_check_batch(server_ids: list[int]) -> int:
+    return len(run_health_batch(server_ids))
+
+
+@app.task(name=task_queue.RUNTIME_PROBE_BATCH, autoretry_for=RETRYABLE, max_retries=2)
+def runtime_probe_batch(server_ids: list[int]) -> int:
+    manager = current_manager()
+    held = [pk for pk in server_ids if manager is not None and manager.holds(pk)]
+    cold = [pk for pk in server_ids if pk not in held]
+    if held and manager is not None:
+        health_record(results=manager.probe_batch(held))
+    if cold:
+        run_health_batch(cold)
+    return len(server_ids)
+
+
+@app.task(name=task_queue.RUNTIME_COMMAND)
+def runtime_command(server_id: int, action: str) -> str:
+    manager = current_manager()
+    if manager is None:
+        logger.error(
+            "runtime command %s for server %s reached a worker that holds no runtimes; run a "
+            "worker on the 'runtime' queue with the threads pool",
+            action,
+            server_id,
+        )
+        return "no runtime manager"
+    return manager.command(server_id, action)
+
+
+@app.task(name=task_queue.RUNTIME_RECONCILE)
+def runtime_reconcile() -> dict[str, int]:
+    """Start wanted runtimes nobody holds; stop held runtimes nobody wants."""
+    plan = runtime_reconcile_plan()
+    for pk in plan.start:
+        task_queue.send_now(
+            task_queue.RUNTIME_COMMAND,
+            args=[pk, "start"],
+            queue=task_queue.RUNTIME_QUEUE,
+            expires=60,
+        )
+    for pk, owner in plan.stop:
+        task_queue.send_now(task_queue.RUNTIME_COMMAND, args=[pk, "stop"], worker=owner, expires=60)
+    return {"start": len(plan.start), "stop": len(plan.stop)}
+
+
+@app.task(name=task_queue.DISCOVERY_SCHEDULE)
+def discovery_schedule() -> int:
+    """Re-discover approved servers not discovered for a while (catches rug pulls)."""
+    cutoff = timezone.now() - DISCOVERY_MAX_AGE
+    servers = McpServer.objects.filter(review_status=ReviewStatus.APPROVED).exclude(
+        status__last_discovered_at__gte=cutoff
+    )
+    count = 0
+    for server in servers:
+        discovery_request(server=server, actor="system:schedule", trigger="schedule")
+        count += 1
+    return count
+
+
+@app.task(name=task_queue.HEALTH_HISTORY_PRUNE)
+def prune_health_history() -> int:
+    return health_history_prune()
