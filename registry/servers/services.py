@@ -173,7 +173,12 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
         raise ApplicationError(
             f"These server fields cannot be edited: {', '.join(sorted(unknown))}."
         )
-    locked = McpServer.objects.select_for_update().select_related("category").get(pk=server.pk)
+    # of=self: PostgreSQL cannot lock the nullable side of the outer join to the category.
+    locked = (
+        McpServer.objects.select_for_update(of=("self",))
+        .select_related("category")
+        .get(pk=server.pk)
+    )
     original = McpServer.objects.select_related("category").get(pk=server.pk)
     for name, value in changes.items():
         setattr(locked, name, value)
