@@ -19,10 +19,28 @@ from typing import Any
 import environ
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
+from environ.fileaware_mapping import FileAwareMapping
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-env = environ.FileAwareEnv()
+
+class _SecretFileMapping(FileAwareMapping):
+    """Reads `<NAME>_FILE` like django-environ does, without the file's trailing newline.
+
+    Secret files made by `echo`, editors or `docker secret` end with a newline; kept, it would
+    become part of the secret key, the database name in DATABASE_URL, or a password.
+    """
+
+    def __getitem__(self, key: str) -> str:
+        value: str = super().__getitem__(key)
+        return value.rstrip("\r\n") if self.env.get(key + "_FILE") else value
+
+
+class _Env(environ.FileAwareEnv):
+    ENVIRON = _SecretFileMapping()
+
+
+env = _Env()
 
 PROFILES = ("production", "quickstart", "test")
 PROFILE: str = env.str("TOOLROOM_PROFILE", default="production")
@@ -233,6 +251,9 @@ SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=_https)
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if _https else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=_https)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+# Preloading HSTS commits the whole domain in browsers; only its operator can decide that
+# (SECURE_HSTS_PRELOAD=true). Until then `check --deploy`'s reminder about it (W021) is noise.
+SILENCED_SYSTEM_CHECKS: list[str] = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
