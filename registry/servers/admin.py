@@ -32,6 +32,7 @@ from registry.servers.admin_forms import (
     ToolApprovalForm,
     ToolRevokeForm,
 )
+from registry.servers.admin_import import import_servers_view
 from registry.servers.models import (
     ApprovalState,
     Category,
@@ -395,8 +396,6 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return custom + super().get_urls()
 
     def import_view(self, request: HttpRequest) -> HttpResponse:
-        from registry.servers.admin_import import import_servers_view
-
         return import_servers_view(self, request)
 
     def decision_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
