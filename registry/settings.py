@@ -19,10 +19,28 @@ from typing import Any
 import environ
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
+from environ.fileaware_mapping import FileAwareMapping
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-env = environ.FileAwareEnv()
+
+class _SecretFileMapping(FileAwareMapping):
+    """Reads `<NAME>_FILE` like django-environ does, without the file's trailing newline.
+
+    Secret files made by `echo`, editors or `docker secret` end with a newline; kept, it would
+    become part of the secret key, the database name in DATABASE_URL, or a password.
+    """
+
+    def __getitem__(self, key: str) -> str:
+        value: str = super().__getitem__(key)
+        return value.rstrip("\r\n") if self.env.get(key + "_FILE") else value
+
+
+class _Env(environ.FileAwareEnv):
+    ENVIRON = _SecretFileMapping()
+
+
+env = _Env()
 
 PROFILES = ("production", "quickstart", "test")
 PROFILE: str = env.str("TOOLROOM_PROFILE", default="production")
@@ -192,7 +210,9 @@ else:
 
 # Redis when REDIS_URL is set; otherwise the embedded default, a broker in files under
 # TOOLROOM_DATA_DIR, which real worker processes share without any service running.
-CELERY_BROKER_URL: str = env.str("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://localhost/")
+CELERY_BROKER_URL: str = env.str(
+    "CELERY_BROKER_URL", default=REDIS_URL or "filesystem://localhost/"
+)
 if CELERY_BROKER_URL.startswith("filesystem:"):
     _broker_dir = DATA_DIR / "broker"
     for _sub in ("queue", "processed", "control"):
@@ -270,6 +290,9 @@ SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=_https)
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if _https else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=_https)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+# Preloading HSTS commits the whole domain in browsers; only its operator can decide that
+# (SECURE_HSTS_PRELOAD=true). Until then `check --deploy`'s reminder about it (W021) is noise.
+SILENCED_SYSTEM_CHECKS: list[str] = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
@@ -317,7 +340,9 @@ TOOLROOM_ALLOWED_NETWORKS: list[str] = env.list(
 # Largest import file (mcp.json, server.json, YAML) accepted, in bytes.
 TOOLROOM_IMPORT_MAX_BYTES: int = env.int("TOOLROOM_IMPORT_MAX_BYTES", default=1024 * 1024)
 # A health check slower than this (milliseconds) marks the server degraded.
-TOOLROOM_HEALTH_DEGRADED_LATENCY_MS: int = env.int("TOOLROOM_HEALTH_DEGRADED_LATENCY_MS", default=5000)
+TOOLROOM_HEALTH_DEGRADED_LATENCY_MS: int = env.int(
+    "TOOLROOM_HEALTH_DEGRADED_LATENCY_MS", default=5000
+)
 # How many servers one health-check task checks, and how many of those at once.
 TOOLROOM_HEALTH_BATCH_SIZE: int = env.int("TOOLROOM_HEALTH_BATCH_SIZE", default=100)
 TOOLROOM_HEALTH_CONCURRENCY: int = env.int("TOOLROOM_HEALTH_CONCURRENCY", default=50)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import factory
-from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 
 from registry.core.canonical import definition_hash
 from registry.servers.models import (
@@ -21,9 +21,9 @@ from registry.servers.policy import TrustTier
 from registry.servers.tool_definitions import derive_permission_class
 
 
-class UserFactory(factory.django.DjangoModelFactory):
+class UserFactory(factory.django.DjangoModelFactory[User]):
     class Meta:
-        model = get_user_model()
+        model = User
         django_get_or_create = ("username",)
 
     username = factory.Sequence(lambda n: f"user{n}")
@@ -31,7 +31,7 @@ class UserFactory(factory.django.DjangoModelFactory):
     password = factory.django.Password("correct horse battery staple")
 
 
-class CategoryFactory(factory.django.DjangoModelFactory):
+class CategoryFactory(factory.django.DjangoModelFactory[Category]):
     class Meta:
         model = Category
         django_get_or_create = ("slug",)
@@ -40,7 +40,7 @@ class CategoryFactory(factory.django.DjangoModelFactory):
     name = factory.LazyAttribute(lambda c: c.slug.replace("-", " ").title())
 
 
-class McpServerFactory(factory.django.DjangoModelFactory):
+class McpServerFactory(factory.django.DjangoModelFactory[McpServer]):
     class Meta:
         model = McpServer
         skip_postgeneration_save = True
@@ -68,7 +68,7 @@ def tool_definition(name: str, **extra: Any) -> dict[str, Any]:
     return definition
 
 
-class ToolFactory(factory.django.DjangoModelFactory):
+class ToolFactory(factory.django.DjangoModelFactory[Tool]):
     """A tool as discovery would store it: definition, hash, first revision."""
 
     class Meta:

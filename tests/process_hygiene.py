@@ -43,7 +43,7 @@ def server_processes_started_by(pid_tags: set[str]) -> list[int]:
         except OSError:
             continue
         for item in environ.split(b"\0"):
-            if item.startswith(prefix) and item[len(prefix):].decode(errors="replace") in pid_tags:
+            if item.startswith(prefix) and item[len(prefix) :].decode(errors="replace") in pid_tags:
                 stat = _stat(int(entry.name))
                 if stat and stat[0] != "Z":
                     found.append(int(entry.name))

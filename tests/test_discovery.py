@@ -85,7 +85,9 @@ def test_a_rug_pull_between_two_discoveries_drops_the_approval(tmp_path, alice, 
     assert echo.approval_state == ApprovalState.CHANGED
     assert run.summary["changes"]["approvals_dropped"] == ["echo"]
     assert echo.revisions.count() == 2
-    assert AuditEvent.objects.filter(action="tool.definition_changed", target_id=str(echo.pk)).exists()
+    assert AuditEvent.objects.filter(
+        action="tool.definition_changed", target_id=str(echo.pk)
+    ).exists()
 
 
 def test_the_scanner_flags_a_poisoned_tool_and_bulk_approval_refuses_it(tmp_path, alice):
@@ -193,7 +195,8 @@ def test_it_discovers_the_published_time_and_git_servers():
         assert run.status == DiscoveryStatus.SUCCEEDED, run.error
         assert run.summary["protocol_version"] == "2026-07-28"
     assert set(time_server.tools.values_list("name", flat=True)) == {
-        "get_current_time", "convert_time",
+        "get_current_time",
+        "convert_time",
     }
     assert git_server.tools.filter(name="git_status", permission_class="read").exists() or (
         git_server.tools.filter(name="git_status").exists()
@@ -209,9 +212,18 @@ def server_everything():
     entry = prefix / "node_modules/@modelcontextprotocol/server-everything/dist/index.js"
     if not entry.exists():
         subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
-             "@modelcontextprotocol/server-everything@2026.8.31"],
-            check=True, capture_output=True, timeout=300,
+            [
+                "npm",
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                str(prefix),
+                "@modelcontextprotocol/server-everything@2026.8.31",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
         )
     return ["node", str(entry), "stdio"]
 

@@ -41,12 +41,16 @@ def test_a_success_makes_a_server_healthy_and_schedules_the_next_check():
     status = _status(server)
     assert status.health == Health.HEALTHY
     assert status.latency_ms == 12.5
-    assert timedelta(seconds=53) < status.next_check_at - status.last_checked_at < timedelta(
-        seconds=67
+    assert (
+        timedelta(seconds=53)
+        < status.next_check_at - status.last_checked_at
+        < timedelta(seconds=67)
     )
 
 
-def test_failures_degrade_then_open_the_circuit_with_growing_backoff(django_capture_on_commit_callbacks):
+def test_failures_degrade_then_open_the_circuit_with_growing_backoff(
+    django_capture_on_commit_callbacks,
+):
     server = _server(health_check_interval_seconds=60, health_failure_threshold=3)
     waits = []
     with django_capture_on_commit_callbacks(execute=True):
@@ -59,13 +63,17 @@ def test_failures_degrade_then_open_the_circuit_with_growing_backoff(django_capt
     assert status.consecutive_failures == 3
     assert status.last_error == "connection refused"
     # 60 s, 120 s, 240 s, each with +-10 % jitter.
-    assert 54 <= waits[0] <= 66 and 108 <= waits[1] <= 132 and 216 <= waits[2] <= 264
+    assert 54 <= waits[0] <= 66
+    assert 108 <= waits[1] <= 132
+    assert 216 <= waits[2] <= 264
     assert AuditEvent.objects.filter(action="server.health_changed", server=server).exists()
 
     health_record(results=[HealthResult(server.pk, ok=True, latency_ms=5)])
     status = _status(server)
     assert (status.health, status.circuit_state, status.consecutive_failures) == (
-        Health.HEALTHY, CircuitState.CLOSED, 0
+        Health.HEALTHY,
+        CircuitState.CLOSED,
+        0,
     )
 
 
@@ -142,11 +150,17 @@ def test_real_checks_tell_a_working_server_from_broken_ones():
         healthy_http = _server(transport="streamable_http", command=[], url=running.url)
         healthy_stdio = _server(command=scenario_argv())
         missing = _server(command=["/nope/mcp"])
-        silent = _server(command=scenario_argv("--hang-on", "start"),
-                         health_check_timeout_seconds=2, health_check_interval_seconds=10)
-        tool_fails = _server(command=scenario_argv("--crash-on-call"),
-                             health_check_method="tool_call", health_check_tool="echo",
-                             health_check_arguments={"text": "ping"})
+        silent = _server(
+            command=scenario_argv("--hang-on", "start"),
+            health_check_timeout_seconds=2,
+            health_check_interval_seconds=10,
+        )
+        tool_fails = _server(
+            command=scenario_argv("--crash-on-call"),
+            health_check_method="tool_call",
+            health_check_tool="echo",
+            health_check_arguments={"text": "ping"},
+        )
         servers = [healthy_http, healthy_stdio, missing, silent, tool_fails]
         plans = [server_launch_plan(server=s) for s in servers]
         results = {r.server_id: r for r in anyio.run(lambda: check_plans(plans, concurrency=5))}

@@ -175,9 +175,7 @@ async def test_the_network_guard_refuses_loopback_at_connect_time(http_scenario_
 async def test_an_unreachable_http_server_is_a_connect_failure():
     from tests.mcp_fixtures import free_port
 
-    target = HttpTarget(
-        url=f"http://127.0.0.1:{free_port()}/mcp", allowed_networks=["127.0.0.0/8"]
-    )
+    target = HttpTarget(url=f"http://127.0.0.1:{free_port()}/mcp", allowed_networks=["127.0.0.0/8"])
     with pytest.raises(McpFailure) as excinfo:
         async with connect(target, deadlines=QUICK):
             pass

@@ -84,8 +84,13 @@ def test_a_runtime_whose_process_dies_is_restarted(manager):
     [probe] = manager.probe_batch([server.pk])  # finds the session dead
 
     assert not probe.ok
-    _wait_for(lambda: _state(server).runtime_state == RuntimeState.RUNNING
-              and _state(server).runtime_restarts == 1, what="the restart")
+    _wait_for(
+        lambda: (
+            _state(server).runtime_state == RuntimeState.RUNNING
+            and _state(server).runtime_restarts == 1
+        ),
+        what="the restart",
+    )
     [second] = manager.probe_batch([server.pk])
     assert second.ok
     assert _my_server_processes() != [first_pid]

@@ -75,14 +75,38 @@ def worker(tmp_path):
     }
     with log.open("w") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", "toolroom,runtime",
-             "-P", "threads", "-c", "4", "-n", node, "--without-gossip", "--without-mingle",
-             "-l", "info"],
-            cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "workers",
+                "worker",
+                "-Q",
+                "toolroom,runtime",
+                "-P",
+                "threads",
+                "-c",
+                "4",
+                "-n",
+                node,
+                "--without-gossip",
+                "--without-mingle",
+                "-l",
+                "info",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
         )
     try:
-        _wait_for(lambda: "ready." in log.read_text() or process.poll() is not None,
-                  timeout=60, what="the worker to be ready", log=log)
+        _wait_for(
+            lambda: "ready." in log.read_text() or process.poll() is not None,
+            timeout=60,
+            what="the worker to be ready",
+            log=log,
+        )
         assert process.poll() is None, log.read_text()[-3000:]
         yield {"node": node, "process": process, "log": log}
     finally:
@@ -101,35 +125,57 @@ def _status(server):
 def test_a_worker_discovers_checks_and_holds_a_server_warm(worker):
     log = worker["log"]
     server = services.server_create(
-        actor="test", slug="scenario", name="Scenario", transport="stdio",
-        command=scenario_argv(), trust_tier="builtin", health_check_interval_seconds=10,
+        actor="test",
+        slug="scenario",
+        name="Scenario",
+        transport="stdio",
+        command=scenario_argv(),
+        trust_tier="builtin",
+        health_check_interval_seconds=10,
         health_check_timeout_seconds=5,
     )
 
     # Registering a server asks for a discovery; the worker does it.
-    _wait_for(lambda: DiscoveryRun.objects.filter(server=server, status="succeeded").exists(),
-              timeout=60, what="the discovery", log=log)
+    _wait_for(
+        lambda: DiscoveryRun.objects.filter(server=server, status="succeeded").exists(),
+        timeout=60,
+        what="the discovery",
+        log=log,
+    )
     assert server.tools.count() == 3
 
     # Approved, the server is picked up by the health sweep.
     services.server_submit_for_review(actor="test", server=server)
     services.server_approve(actor="test", server=server)
     task_queue.send_now(task_queue.HEALTH_SWEEP)
-    _wait_for(lambda: _status(server).health == Health.HEALTHY, timeout=60,
-              what="a health check", log=log)
+    _wait_for(
+        lambda: _status(server).health == Health.HEALTHY, timeout=60, what="a health check", log=log
+    )
 
     # Kept warm: the runtime worker holds it, probes and discovery go through the warm session.
     runtime_request(server=server, action="start", actor="test")
-    _wait_for(lambda: _status(server).runtime_state == RuntimeState.RUNNING, timeout=60,
-              what="the warm runtime", log=log)
+    _wait_for(
+        lambda: _status(server).runtime_state == RuntimeState.RUNNING,
+        timeout=60,
+        what="the warm runtime",
+        log=log,
+    )
     assert _status(server).runtime_owner == worker["node"]
     samples_before = HealthSample.objects.filter(server=server).count()
     health_request(servers=[server], actor="test")
-    _wait_for(lambda: HealthSample.objects.filter(server=server).count() > samples_before,
-              timeout=30, what="the warm probe", log=log)
+    _wait_for(
+        lambda: HealthSample.objects.filter(server=server).count() > samples_before,
+        timeout=30,
+        what="the warm probe",
+        log=log,
+    )
     run = discovery_request(server=server, actor="test", trigger="test")
-    _wait_for(lambda: DiscoveryRun.objects.get(pk=run.pk).status == DiscoveryStatus.SUCCEEDED,
-              timeout=30, what="the warm discovery", log=log)
+    _wait_for(
+        lambda: DiscoveryRun.objects.get(pk=run.pk).status == DiscoveryStatus.SUCCEEDED,
+        timeout=30,
+        what="the warm discovery",
+        log=log,
+    )
     assert DiscoveryRun.objects.get(pk=run.pk).summary["via"] == "warm runtime"
 
     # Stopping the worker stops what it held, and leaves no process behind.
@@ -144,14 +190,22 @@ def test_a_worker_discovers_checks_and_holds_a_server_warm(worker):
 
 def test_a_killed_worker_takes_its_servers_with_it(worker):
     server = services.server_create(
-        actor="test", slug="scenario-kill", name="Scenario", transport="stdio",
-        command=scenario_argv(), trust_tier="builtin",
+        actor="test",
+        slug="scenario-kill",
+        name="Scenario",
+        transport="stdio",
+        command=scenario_argv(),
+        trust_tier="builtin",
     )
     services.server_submit_for_review(actor="test", server=server)
     services.server_approve(actor="test", server=server)
     runtime_request(server=server, action="start", actor="test")
-    _wait_for(lambda: _status(server).runtime_state == RuntimeState.RUNNING, timeout=60,
-              what="the warm runtime", log=worker["log"])
+    _wait_for(
+        lambda: _status(server).runtime_state == RuntimeState.RUNNING,
+        timeout=60,
+        what="the warm runtime",
+        log=worker["log"],
+    )
     tag = f"{os.uname().nodename}:{worker['process'].pid}"
     assert server_processes_started_by({tag})
 
@@ -159,5 +213,8 @@ def test_a_killed_worker_takes_its_servers_with_it(worker):
     worker["process"].wait()
 
     # The kernel ends the server with its parent (parent-death signal), not a clean-up later.
-    _wait_for(lambda: not server_processes_started_by({tag}), timeout=10,
-              what="the orphaned server to die")
+    _wait_for(
+        lambda: not server_processes_started_by({tag}),
+        timeout=10,
+        what="the orphaned server to die",
+    )

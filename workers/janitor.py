@@ -46,7 +46,7 @@ def _alive(pid: int) -> bool:
 def find_orphans(*, host: str | None = None) -> list[int]:
     """Server processes on this host whose worker is gone."""
     host = host or socket.gethostname()
-    orphans = []
+    orphans: list[int] = []
     if not PROC.is_dir():
         return orphans
     for entry in PROC.iterdir():

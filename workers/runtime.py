@@ -17,7 +17,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -239,8 +239,8 @@ class RuntimeManager:
         self.loop.run_forever()
         self.loop.close()
 
-    def _call(self, coro: Awaitable[T], *, timeout: float = COMMAND_TIMEOUT) -> T:
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+    def _call(self, coro: Coroutine[Any, Any, T], *, timeout: float = COMMAND_TIMEOUT) -> T:
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:

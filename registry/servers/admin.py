@@ -32,6 +32,7 @@ from registry.servers.admin_forms import (
     ToolApprovalForm,
     ToolRevokeForm,
 )
+from registry.servers.admin_import import import_servers_view
 from registry.servers.admin_operations import (
     fleet_status_view,
     operate,
@@ -422,8 +423,6 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return fleet_status_view(self, request)
 
     def import_view(self, request: HttpRequest) -> HttpResponse:
-        from registry.servers.admin_import import import_servers_view
-
         return import_servers_view(self, request)
 
     def decision_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:

@@ -121,11 +121,11 @@ class McpServerAdminForm(forms.ModelForm):  # type: ignore[type-arg]
         text = self.cleaned_data.get("egress_allowlist") or ""
         return [line.strip() for line in text.splitlines() if line.strip()]
 
-    def _post_clean(self) -> None:  # type: ignore[misc]
+    def _post_clean(self) -> None:
         # The model validates env and headers with everything else.
         self.instance.env = self.cleaned_data.get("env_text", self.instance.env)
         self.instance.headers = self.cleaned_data.get("headers_text", self.instance.headers)
-        super()._post_clean()
+        super()._post_clean()  # type: ignore[misc]  # private in the stubs, public in Django
 
     def server_fields(self, *, changed_only: bool) -> dict[str, Any]:
         """The form's values as the services take them (field -> value), all or only edits."""

@@ -106,6 +106,13 @@ def server_operations_context(
     }
 
 
+def _offender(server: McpServer) -> dict[str, Any]:
+    checks: int = getattr(server, "checks", 0)
+    failed: int = getattr(server, "failed", 0)
+    uptime = round(100 * (checks - failed) / checks, 1) if checks else None
+    return {"server": server, "uptime": uptime, "failed": failed}
+
+
 def fleet_status_view(
     model_admin: admin.ModelAdmin[McpServer], request: HttpRequest
 ) -> HttpResponse:
@@ -162,16 +169,7 @@ def fleet_status_view(
         "health_counts": [(h.label, by_health.get(h.value, 0), h.value) for h in Health],
         "runtime_counts": [(r.label, by_runtime.get(r.value, 0)) for r in RuntimeState],
         "server_count": live.count(),
-        "offenders": [
-            {
-                "server": server,
-                "uptime": round(100 * (server.checks - server.failed) / server.checks, 1)  # type: ignore[attr-defined]
-                if server.checks
-                else None,  # type: ignore[attr-defined]
-                "failed": server.failed,  # type: ignore[attr-defined]
-            }
-            for server in offenders
-        ],
+        "offenders": [_offender(server) for server in offenders],
         "changed_tools": list(changed_tools),
         "failed_discoveries": list(failed_discoveries),
         "tools_awaiting": awaiting,

@@ -576,7 +576,9 @@ class DiscoveryRun(models.Model):
 
     class Meta:
         ordering = ["-requested_at", "-id"]
-        indexes = [models.Index(fields=["server", "-requested_at"], name="discovery_server_time_idx")]
+        indexes = [
+            models.Index(fields=["server", "-requested_at"], name="discovery_server_time_idx")
+        ]
 
     def __str__(self) -> str:
         return f"discovery of {self.server_id} ({self.status})"

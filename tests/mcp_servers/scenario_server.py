@@ -156,9 +156,10 @@ def _sse_app(server: Server[Any]) -> Any:
     transport = SseServerTransport("/messages/")
 
     async def handle_sse(request: Request) -> Response:
-        async with transport.connect_sse(
-            request.scope, request.receive, request._send
-        ) as (read_stream, write_stream):
+        async with transport.connect_sse(request.scope, request.receive, request._send) as (
+            read_stream,
+            write_stream,
+        ):
             await server.run(read_stream, write_stream, server.create_initialization_options())
         return Response()
 

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import Any, Literal, TextIO
 
 import anyio
 import httpcore2
@@ -147,7 +147,7 @@ class _StderrTail:
         os.set_blocking(read_fd, False)
         self.read_fd = read_fd
         # The child process gets a copy of this end; ours is closed once it has started.
-        self.writer: IO[str] | None = os.fdopen(write_fd, "w")
+        self.writer: TextIO | None = os.fdopen(write_fd, "w")
 
     def text(self) -> str:
         lines = list(self.lines)
@@ -234,7 +234,7 @@ def guarded_http_client(
     and the network guard on every connection it opens."""
     transport = httpx2.AsyncHTTPTransport(trust_env=False)
     # httpx2 offers no public way to pass a network backend; the pool is created here, unused.
-    transport._pool._network_backend = _GuardedBackend(allowed_networks)  # type: ignore[attr-defined]
+    transport._pool._network_backend = _GuardedBackend(allowed_networks)
     return httpx2.AsyncClient(
         headers=dict(headers),
         timeout=httpx2.Timeout(deadlines.call, connect=deadlines.connect),
@@ -410,7 +410,7 @@ def _as_failure(exc: BaseException, *, doing: str, stderr_tail: str = "") -> Mcp
 
 
 def _open_transport(
-    target: Target, deadlines: Deadlines, stderr_writer: IO[str] | None
+    target: Target, deadlines: Deadlines, stderr_writer: TextIO | None
 ) -> Transport:
     if isinstance(target, StdioTarget):
         if stderr_writer is None:

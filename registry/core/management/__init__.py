@@ -1,0 +1,1 @@
+"""Management commands of Toolroom's shared core."""

@@ -1,0 +1,1 @@
+"""Toolroom core's management commands: quickstart_admin."""

@@ -1,0 +1,100 @@
+"""`manage.py load_demo`: import the demo servers and categories; safe to run on every start."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from registry.servers import services
+from registry.servers.importing import (
+    ImportAction,
+    ImportFileError,
+    ImportOptions,
+    ImportResult,
+    import_apply,
+    import_plan,
+)
+from registry.servers.importing.report import problem_lines
+from registry.servers.models import McpServer, ReviewStatus
+
+DEMO_FILE = Path(__file__).resolve().parents[2] / "demo" / "servers.yaml"
+ACTOR = "system:demo"
+# The demo's review states: what an admin would have decided for these servers.
+APPROVED = ("time", "git")
+PENDING_REVIEW = ("fetch",)
+APPROVAL_NOTE = (
+    "Demo data: installed with Toolroom from PyPI and run from its own virtual environment."
+)
+
+
+class Command(BaseCommand):
+    help = (
+        "Load the demo categories and MCP servers (time, git, fetch, filesystem, memory, "
+        "everything). Creates what is missing and leaves existing servers as an admin left "
+        "them, so it is safe to run on every start; --reset restores the demo definitions."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--reset",
+            action="store_true",
+            help="Also update existing demo servers and categories to the demo definitions.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        environ = {
+            **os.environ,
+            "TOOLROOM_PYTHON": sys.executable,
+            "TOOLROOM_PROJECT_DIR": str(settings.BASE_DIR),
+        }
+        try:
+            with transaction.atomic():
+                plan = import_plan(
+                    content=DEMO_FILE.read_bytes(),
+                    filename=DEMO_FILE.name,
+                    options=ImportOptions(format="yaml", environ=environ),
+                )
+                if not options["reset"]:
+                    plan = dataclasses.replace(
+                        plan,
+                        entries=[e for e in plan.entries if e.action == ImportAction.CREATE],
+                        categories=[c for c in plan.categories if c.action == ImportAction.CREATE],
+                    )
+                result = import_apply(plan=plan, actor=ACTOR)
+                reviewed = _review(result)
+        except ImportFileError as exc:
+            self.stderr.write("\n".join(problem_lines(exc)))
+            raise CommandError("The demo data was not loaded.") from exc
+        if not (result.created or result.updated or result.categories_created):
+            self.stdout.write("Demo data is already loaded.")
+            return
+        self.stdout.write(self.style.SUCCESS(f"Demo data: {result.summary()}"))
+        if reviewed:
+            self.stdout.write(f"Approved as the demo's reviewer: {', '.join(reviewed)}.")
+
+
+def _review(result: ImportResult) -> list[str]:
+    """Give servers this run created (or sent back to review) the demo's review state; leave
+    every decision an admin made alone."""
+    touched = set(result.created) | set(result.sent_back_to_review)
+    approved = []
+    for slug in APPROVED:
+        if slug not in touched:
+            continue
+        server = McpServer.objects.get(slug=slug)
+        if server.review_status == ReviewStatus.DRAFT:
+            server = services.server_submit_for_review(actor=ACTOR, server=server)
+        if server.review_status == ReviewStatus.PENDING_REVIEW:
+            services.server_approve(actor=ACTOR, server=server, note=APPROVAL_NOTE)
+            approved.append(slug)
+    for slug in PENDING_REVIEW:
+        if slug in result.created:
+            services.server_submit_for_review(actor=ACTOR, server=McpServer.objects.get(slug=slug))
+    return approved

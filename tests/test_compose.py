@@ -1,0 +1,233 @@
+"""docker-compose.yml and its image: valid for Docker Compose and shaped as production needs.
+
+Validation runs the real Compose CLI (`config -q` checks the file against the Compose
+specification; it needs no Docker engine). `make test` installs Debian's docker-compose when no
+Compose CLI is there; without one this module is skipped, which fails a CI run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography.fernet import Fernet
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+TOOLROOM_SERVICES = ("migrate", "web", "worker", "beat")
+LONG_RUNNING = ("web", "worker", "beat")
+SECRET_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|(^|_)KEY($|_)|DATABASE_URL|CREDENTIAL")
+CREDENTIALS_IN_URL = re.compile(r"://[^/@\s]*:[^/@\s]*@")
+
+
+def _compose_cli() -> list[str] | None:
+    docker = shutil.which("docker")
+    if docker:
+        probe = subprocess.run(
+            [docker, "compose", "version"], capture_output=True, timeout=60, check=False
+        )
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy else None
+
+
+@pytest.fixture(scope="module")
+def compose_cli() -> list[str]:
+    cli = _compose_cli()
+    if cli is None:
+        pytest.skip("no Docker Compose CLI (make test installs Debian's docker-compose)")
+    return cli
+
+
+def _config(cli: list[str], compose_file: Path, home: Path, **env: str):
+    clean = {"PATH": os.environ["PATH"], "HOME": str(home), **env}
+    return subprocess.run(
+        [*cli, "--file", str(compose_file), "config", "--quiet"],
+        cwd=compose_file.parent,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text())
+    return loaded
+
+
+# --- Validation by the Compose CLI ---------------------------------------------------------------
+
+
+def test_the_compose_file_is_valid(compose_cli, tmp_path):
+    result = _config(compose_cli, COMPOSE_FILE, tmp_path, TOOLROOM_HOSTNAME="toolroom.example.com")
+
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_validation_does_reject_an_invalid_file(compose_cli, tmp_path):
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(
+        "services:\n  web:\n    image: toolroom:local\n    depends_on:\n"
+        "      db:\n        condition: when_it_feels_like_it\n  db:\n    image: postgres:16\n"
+    )
+
+    result = _config(compose_cli, broken, tmp_path)
+
+    assert result.returncode != 0
+
+
+def test_the_stack_names_the_hostname_it_needs(compose_cli, tmp_path):
+    result = _config(compose_cli, COMPOSE_FILE, tmp_path)
+
+    assert result.returncode != 0
+    assert "set TOOLROOM_HOSTNAME" in result.stderr
+
+
+# --- Structure -----------------------------------------------------------------------------------
+
+
+def test_it_runs_the_whole_stack(compose):
+    assert set(compose["services"]) >= {"web", "worker", "beat", "postgres", "redis", "migrate"}
+
+
+def test_every_toolroom_service_runs_the_one_image_in_production(compose):
+    services = compose["services"]
+    images = {services[name]["image"] for name in TOOLROOM_SERVICES}
+    assert images == {"${TOOLROOM_IMAGE:-toolroom:local}"}
+    for name in TOOLROOM_SERVICES:
+        assert services[name]["build"]["context"] == ".", name
+        assert services[name]["environment"]["TOOLROOM_PROFILE"] == "production", name
+
+
+def test_the_processes_are_the_web_server_the_worker_and_beat(compose):
+    services = compose["services"]
+    assert services["migrate"]["command"][-3:] == ["manage.py", "migrate", "--no-input"]
+    assert services["web"]["command"][:2] == ["uvicorn", "registry.asgi:application"]
+    assert services["worker"]["command"][:4] == ["celery", "-A", "workers", "worker"]
+    assert services["beat"]["command"][:4] == ["celery", "-A", "workers", "beat"]
+    assert (
+        "--scheduler=django_celery_beat.schedulers:DatabaseScheduler" in services["beat"]["command"]
+    )
+
+
+def test_postgres_and_redis_have_healthchecks_and_volumes(compose):
+    services = compose["services"]
+    assert services["postgres"]["image"].startswith("postgres:16")
+    assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
+    assert "ping" in services["redis"]["healthcheck"]["test"]
+    assert "healthcheck" in services["web"]
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in services["postgres"]["volumes"])
+
+
+def test_services_wait_for_healthy_dependencies_and_migrations(compose):
+    services = compose["services"]
+    assert services["migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+    for name in LONG_RUNNING:
+        assert services[name]["depends_on"] == {
+            "migrate": {"condition": "service_completed_successfully"},
+            "postgres": {"condition": "service_healthy"},
+            "redis": {"condition": "service_healthy"},
+        }, name
+
+
+def test_no_secret_is_a_plain_environment_value(compose):
+    for name, service in compose["services"].items():
+        environment = service.get("environment") or {}
+        assert isinstance(environment, dict), f"{name}: use the mapping form"
+        for key, value in environment.items():
+            if SECRET_NAME.search(key):
+                assert key.endswith("_FILE"), f"{name}: {key} must come from a file"
+                assert str(value).startswith("/run/secrets/"), f"{name}: {key}={value}"
+            assert not CREDENTIALS_IN_URL.search(str(value)), f"{name}: {key} holds credentials"
+
+
+def test_every_secret_comes_from_deploy_secrets(compose):
+    declared = compose["secrets"]
+    for name, service in compose["services"].items():
+        for secret in service.get("secrets", []):
+            assert secret in declared, f"{name} uses undeclared secret {secret}"
+        for key, value in (service.get("environment") or {}).items():
+            if key.endswith("_FILE"):
+                assert value.removeprefix("/run/secrets/") in service["secrets"], (name, key)
+    for name, secret in declared.items():
+        assert secret["file"] == f"./deploy/secrets/{name}"
+
+
+def test_the_settings_read_every_variable_the_stack_sets(compose):
+    settings_source = (ROOT / "registry" / "settings.py").read_text()
+    for name in TOOLROOM_SERVICES:
+        for key in compose["services"][name]["environment"]:
+            variable = key.removesuffix("_FILE")
+            assert f'"{variable}"' in settings_source, f"{name}: settings never read {variable}"
+
+
+def test_secrets_stay_out_of_git_and_out_of_the_image():
+    assert "deploy/secrets" in (ROOT / ".dockerignore").read_text().split()
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--quiet", "deploy/secrets/secret_key"],
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert ignored.returncode == 0
+
+
+def test_the_image_is_multi_stage_slim_and_runs_unprivileged():
+    dockerfile = DOCKERFILE.read_text()
+    assert "ARG PYTHON_IMAGE=python:3.11-slim-bookworm" in dockerfile
+    assert len(re.findall(r"^FROM ", dockerfile, flags=re.MULTILINE)) >= 2
+    users = re.findall(r"^USER (\S+)", dockerfile, flags=re.MULTILINE)
+    assert users
+    assert users[-1].split(":")[0] not in ("root", "0")
+
+
+# --- scripts/compose-secrets ---------------------------------------------------------------------
+
+
+def test_compose_secrets_makes_every_secret_once(tmp_path):
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "compose-secrets", project / "scripts")
+
+    first = subprocess.run(
+        ["bash", "scripts/compose-secrets"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    secrets_dir = project / "deploy" / "secrets"
+    before = {path.name: path.read_text() for path in secrets_dir.iterdir()}
+    second = subprocess.run(
+        ["bash", "scripts/compose-secrets"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    assert set(before) == {"secret_key", "secrets_key", "postgres_password", "database_url"}
+    assert {path.name: path.read_text() for path in secrets_dir.iterdir()} == before
+    assert stat.S_IMODE(secrets_dir.stat().st_mode) == 0o700
+    assert len(before["secret_key"].strip()) >= 50
+    Fernet(before["secrets_key"].strip().encode())
+    password = before["postgres_password"].strip()
+    assert before["database_url"].strip() == (
+        f"postgres://toolroom:{password}@postgres:5432/toolroom"
+    )
