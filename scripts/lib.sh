@@ -123,7 +123,8 @@ ensure_venv() {
         return 0
     fi
 
-    local target="." what="Toolroom and its dependencies"
+    # The quickstart's demo runs the published time and git servers from this environment.
+    local target=".[demo]" what="Toolroom, its dependencies and the demo's MCP servers"
     if [[ "$mode" == dev ]]; then
         target=".[dev]"
         what="Toolroom with its development tools"

@@ -46,10 +46,20 @@ class Child:
 
 
 def quickstart_processes(*, port: int) -> list[ChildSpec]:
-    """What `make run` keeps running, in start order (stopped in reverse)."""
+    """What `make run` keeps running, in start order (stopped in reverse).
+
+    Without REDIS_URL the worker and beat use the embedded broker (files under var/broker):
+    real processes, no service to install. One worker takes both queues with the threads pool,
+    so it also holds the warm runtimes.
+    """
     web = [PYTHON, "-m", "uvicorn", "registry.asgi:application"]
     web += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-    return [ChildSpec("web", web)]
+    celery = [PYTHON, "-m", "celery", "-A", "workers"]
+    worker = [*celery, "worker", "-Q", "toolroom,runtime", "-P", "threads", "-c", "8",
+              "-n", "quickstart@%h", "--without-gossip", "--without-mingle", "-l", "warning"]
+    beat = [*celery, "beat", "-l", "warning",
+            "--schedule", str(ROOT / "var" / "celerybeat-schedule")]
+    return [ChildSpec("web", web), ChildSpec("worker", worker), ChildSpec("beat", beat)]
 
 
 def _die_with_parent() -> None:

@@ -22,8 +22,8 @@ from cryptography.fernet import Fernet
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-TOOLROOM_SERVICES = ("migrate", "web", "worker", "beat")
-LONG_RUNNING = ("web", "worker", "beat")
+TOOLROOM_SERVICES = ("migrate", "web", "worker", "runtime", "beat")
+LONG_RUNNING = ("web", "worker", "runtime", "beat")
 SECRET_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|(^|_)KEY($|_)|DATABASE_URL|CREDENTIAL")
 CREDENTIALS_IN_URL = re.compile(r"://[^/@\s]*:[^/@\s]*@")
 
@@ -99,7 +99,15 @@ def test_the_stack_names_the_hostname_it_needs(compose_cli, tmp_path):
 
 
 def test_it_runs_the_whole_stack(compose):
-    assert set(compose["services"]) >= {"web", "worker", "beat", "postgres", "redis", "migrate"}
+    assert set(compose["services"]) >= {
+        "web",
+        "worker",
+        "runtime",
+        "beat",
+        "postgres",
+        "redis",
+        "migrate",
+    }
 
 
 def test_every_toolroom_service_runs_the_one_image_in_production(compose):
@@ -115,7 +123,17 @@ def test_the_processes_are_the_web_server_the_worker_and_beat(compose):
     services = compose["services"]
     assert services["migrate"]["command"][-3:] == ["manage.py", "migrate", "--no-input"]
     assert services["web"]["command"][:2] == ["uvicorn", "registry.asgi:application"]
-    assert services["worker"]["command"][:4] == ["celery", "-A", "workers", "worker"]
+    assert services["worker"]["command"][:6] == [
+        "celery",
+        "-A",
+        "workers",
+        "worker",
+        "-Q",
+        "toolroom",
+    ]
+    runtime = services["runtime"]["command"]
+    assert runtime[:6] == ["celery", "-A", "workers", "worker", "-Q", "runtime"]
+    assert "--pool=threads" in runtime
     assert services["beat"]["command"][:4] == ["celery", "-A", "workers", "beat"]
     assert (
         "--scheduler=django_celery_beat.schedulers:DatabaseScheduler" in services["beat"]["command"]

@@ -6,9 +6,11 @@ and the test sends it the signals a terminal or a service manager would.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
+import sqlite3
 import socket
 import subprocess
 import sys
@@ -58,6 +60,12 @@ def _supervisor_script(tmp_path: Path, *, second_child_exits: bool = False) -> s
         sys.exit(supervisor.run())
         """
     )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -146,12 +154,69 @@ def test_children_stop_even_when_the_supervisor_is_killed(tmp_path):
 def test_the_quickstart_serves_the_asgi_app_on_loopback_only():
     quickstart = _load_quickstart()
 
-    (web,) = quickstart.quickstart_processes(port=8123)
+    web, worker, beat = quickstart.quickstart_processes(port=8123)
 
     assert web.name == "web"
     assert web.argv[1:4] == ["-m", "uvicorn", "registry.asgi:application"]
     assert web.argv[web.argv.index("--host") + 1] == "127.0.0.1"
     assert web.argv[web.argv.index("--port") + 1] == "8123"
+    # One worker takes both queues with the threads pool, so it also holds warm runtimes.
+    assert worker.argv[worker.argv.index("-Q") + 1] == "toolroom,runtime"
+    assert worker.argv[worker.argv.index("-P") + 1] == "threads"
+    assert beat.argv[1:6] == ["-m", "celery", "-A", "workers", "beat"]
+
+
+def test_the_quickstart_discovers_and_checks_the_demo_servers(tmp_path):
+    """What a newcomer sees after `make run`: demo servers discovered and health-checked by a
+    real worker and beat on the embedded broker (no Redis), then everything stops cleanly."""
+    port = _free_port()
+    env = {
+        key: value for key, value in os.environ.items()
+        if key not in ("REDIS_URL", "DATABASE_URL", "TOOLROOM_PROFILE", "DJANGO_SETTINGS_MODULE")
+        and not key.startswith("TOOLROOM_")
+    }
+    env.update({"PORT": str(port), "TOOLROOM_DATA_DIR": str(tmp_path)})
+    process = subprocess.Popen(
+        [sys.executable, str(QUICKSTART)], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    database = tmp_path / "toolroom.sqlite3"
+
+    def query(sql):
+        if not database.exists():
+            return []
+        with contextlib.closing(sqlite3.connect(database, timeout=10)) as db:
+            try:
+                return db.execute(sql).fetchall()
+            except sqlite3.OperationalError:
+                return []
+
+    def demo_time_state():
+        return query(
+            "SELECT r.status, st.health FROM servers_mcpserver s "
+            "JOIN servers_serverstatus st ON st.server_id = s.id "
+            "LEFT JOIN servers_discoveryrun r ON r.server_id = s.id AND r.status = 'succeeded' "
+            "WHERE s.slug = 'time'"
+        )
+
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and process.poll() is None:
+            if demo_time_state() == [("succeeded", "healthy")]:
+                break
+            time.sleep(1)
+        tools = query(
+            "SELECT t.name FROM servers_tool t JOIN servers_mcpserver s ON s.id = t.server_id "
+            "WHERE s.slug = 'time' ORDER BY t.name"
+        )
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    text = output.decode(errors="replace")
+    assert demo_time_state() == [("succeeded", "healthy")], text[-3000:]
+    assert tools == [("convert_time",), ("get_current_time",)]
+    assert "Toolroom stopped." in text
+    assert process.returncode == 0, text[-3000:]
 
 
 def test_a_busy_port_is_named_before_anything_is_prepared(tmp_path):
