@@ -55,10 +55,30 @@ def quickstart_processes(*, port: int) -> list[ChildSpec]:
     web = [PYTHON, "-m", "uvicorn", "registry.asgi:application"]
     web += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     celery = [PYTHON, "-m", "celery", "-A", "workers"]
-    worker = [*celery, "worker", "-Q", "toolroom,runtime", "-P", "threads", "-c", "8",
-              "-n", "quickstart@%h", "--without-gossip", "--without-mingle", "-l", "warning"]
-    beat = [*celery, "beat", "-l", "warning",
-            "--schedule", str(ROOT / "var" / "celerybeat-schedule")]
+    worker = [
+        *celery,
+        "worker",
+        "-Q",
+        "toolroom,runtime",
+        "-P",
+        "threads",
+        "-c",
+        "8",
+        "-n",
+        "quickstart@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "-l",
+        "warning",
+    ]
+    beat = [
+        *celery,
+        "beat",
+        "-l",
+        "warning",
+        "--schedule",
+        str(ROOT / "var" / "celerybeat-schedule"),
+    ]
     return [ChildSpec("web", web), ChildSpec("worker", worker), ChildSpec("beat", beat)]
 
 

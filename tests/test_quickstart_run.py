@@ -10,8 +10,8 @@ import contextlib
 import importlib.util
 import os
 import signal
-import sqlite3
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -171,14 +171,18 @@ def test_the_quickstart_discovers_and_checks_the_demo_servers(tmp_path):
     real worker and beat on the embedded broker (no Redis), then everything stops cleanly."""
     port = _free_port()
     env = {
-        key: value for key, value in os.environ.items()
+        key: value
+        for key, value in os.environ.items()
         if key not in ("REDIS_URL", "DATABASE_URL", "TOOLROOM_PROFILE", "DJANGO_SETTINGS_MODULE")
         and not key.startswith("TOOLROOM_")
     }
     env.update({"PORT": str(port), "TOOLROOM_DATA_DIR": str(tmp_path)})
     process = subprocess.Popen(
-        [sys.executable, str(QUICKSTART)], env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True,
+        [sys.executable, str(QUICKSTART)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     database = tmp_path / "toolroom.sqlite3"
 
