@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "registry.core",
     "registry.audit",
     "registry.servers",
+    "workers",
 ]
 
 MIDDLEWARE = [
