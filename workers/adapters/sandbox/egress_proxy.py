@@ -122,6 +122,7 @@ class Allowlist:
 class Proxy:
     allowlist: Allowlist
     resolver: Resolver = system_resolver
+    forbidden: Callable[[str], bool] = forbidden_address
     connect_timeout: float = CONNECT_TIMEOUT
     idle_timeout: float = IDLE_TIMEOUT
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
@@ -188,7 +189,7 @@ class Proxy:
                 addresses = await asyncio.wait_for(self.resolver(host, port), self.connect_timeout)
             except (OSError, TimeoutError) as exc:
                 raise Refused(502, f"{host} could not be resolved ({exc})") from exc
-            bad = [a for a in addresses if forbidden_address(a)]
+            bad = [a for a in addresses if self.forbidden(a)]
             if bad:
                 raise Refused(403, f"{host} resolves to {bad[0]}, which no listed name may reach")
         last: Exception | None = None
@@ -268,13 +269,13 @@ async def _wait_for_stdin_eof() -> None:
         pass
 
 
-async def serve(
-    proxy: Proxy, host: str, port: int, *, lifeline_stdin: bool = False, ready: bool = True
-) -> None:
-    server = await asyncio.start_server(proxy.handle, host, port, limit=MAX_HEAD_BYTES)
-    bound = server.sockets[0].getsockname()[1]
-    if ready:
-        print(f"READY {bound}", flush=True)
+async def start_server(proxy: Proxy, host: str, port: int) -> asyncio.Server:
+    return await asyncio.start_server(proxy.handle, host, port, limit=MAX_HEAD_BYTES)
+
+
+async def serve(proxy: Proxy, host: str, port: int, *, lifeline_stdin: bool = False) -> None:
+    server = await start_server(proxy, host, port)
+    print(f"READY {server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
         if lifeline_stdin:
             await _wait_for_stdin_eof()

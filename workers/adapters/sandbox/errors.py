@@ -51,7 +51,7 @@ class ContainerFate:
     @property
     def failed(self) -> bool:
         """True when the server died on its own in a way an admin should hear about."""
-        if self.oom_killed:
+        if self.oom_killed or self.error:
             return True
         if self.stopped_by_toolroom:
             return False
@@ -72,6 +72,10 @@ class ContainerFate:
             text = "the server's container ended and its exit code is unknown"
         elif self.exit_code == 0:
             text = "the server exited normally (exit code 0)"
+        elif self.exit_code == 127:
+            text = "the server's command was not found in the image (exit code 127)"
+        elif self.exit_code == 126:
+            text = "the server's command could not be run (exit code 126)"
         elif self.exit_code > 128:
             text = (
                 f"the server was killed by signal {self.exit_code - 128} "

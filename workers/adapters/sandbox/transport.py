@@ -24,7 +24,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -186,6 +186,9 @@ class _Session:
     exited: anyio.Event = field(default_factory=anyio.Event)
     writer_done: anyio.Event = field(default_factory=anyio.Event)
     fate_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    # The pipe tasks' own scopes: a caller's cancellation must not stop them before the server
+    # is stopped (the reader is what sees the container exit); the transport ends them itself.
+    task_scopes: list[anyio.CancelScope] = field(default_factory=list)
 
 
 class SandboxTransport:
@@ -393,10 +396,14 @@ class SandboxTransport:
         read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
         async with anyio.create_task_group() as group:
-            group.start_soon(self._read_server, engine, state, container_id, conn, read_writer)
-            group.start_soon(self._write_server, state, conn, write_reader, read_writer)
+            group.start_soon(
+                _shielded, state, self._read_server, engine, state, container_id, conn, read_writer
+            )
+            group.start_soon(
+                _shielded, state, self._write_server, state, conn, write_reader, read_writer
+            )
             if proxy_conn is not None:
-                group.start_soon(self._read_proxy, proxy_conn)
+                group.start_soon(_shielded, state, self._read_proxy, proxy_conn)
             try:
                 yield read_stream, write_stream
             finally:
@@ -409,6 +416,8 @@ class SandboxTransport:
                     await self._stop(engine, state)
                     for stream in (read_stream, write_stream, read_writer, write_reader):
                         await stream.aclose()
+                for scope in state.task_scopes:
+                    scope.cancel()
                 group.cancel_scope.cancel()
 
     async def _read_server(
@@ -582,6 +591,13 @@ class SandboxTransport:
         if problems:
             # The janitor removes what is left (it is labelled); the caller's outcome stands.
             logger.error("Sandbox %s left resources: %s", self.container_name, "; ".join(problems))
+
+
+async def _shielded(state: _Session, function: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """Run a pipe task that only the transport itself cancels (see `_Session.task_scopes`)."""
+    with anyio.CancelScope(shield=True) as scope:
+        state.task_scopes.append(scope)
+        await function(*args)
 
 
 def _image_missing(engine: Engine, reference: str) -> bool:
