@@ -17,16 +17,20 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
+from typing import Any
 
 import anyio
 import pytest
 from mcp import Client, MCPError
+from mcp_types import CallToolResult, TextContent
 
 from tests.sandbox_images import SandboxTestImages, ensure_test_images
 from workers.adapters.sandbox import (
+    ContainerFate,
     ContainerSpec,
     EngineUnavailableError,
     SandboxError,
+    SandboxTransport,
     build_package_image,
     connect_engine,
     remove_orphans,
@@ -68,7 +72,7 @@ def bridge_address(engine) -> str:
     if config.get("Gateway"):
         return str(config["Gateway"])
     # Docker 20.10 leaves it out: the bridge takes the subnet's first address.
-    return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+    return str(ipaddress.ip_network(config["Subnet"]).network_address + 1)
 
 
 class Listener:
@@ -131,8 +135,8 @@ def bridge_http(bridge_address) -> Iterator[list[int]]:
         thread.join(5)
 
 
-def hostile(images: SandboxTestImages, **overrides) -> ContainerSpec:
-    values = {
+def hostile(images: SandboxTestImages, **overrides: Any) -> ContainerSpec:
+    values: dict[str, Any] = {
         "server_key": "hostile",
         "image": images.servers.reference,
         "argv": HOSTILE,
@@ -143,10 +147,25 @@ def hostile(images: SandboxTestImages, **overrides) -> ContainerSpec:
     return ContainerSpec(**(values | overrides))
 
 
-async def call(client: Client, tool: str, **arguments) -> str:
-    result = await client.call_tool(tool, arguments)
+def text_of(result: CallToolResult) -> str:
     assert not result.is_error, result
-    return result.content[0].text
+    content = result.content[0]
+    assert isinstance(content, TextContent)
+    return content.text
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> str:
+    return text_of(await client.call_tool(tool, arguments))
+
+
+def fate_of_error(error: SandboxError) -> ContainerFate:
+    assert error.fate is not None
+    return error.fate
+
+
+def fate_of(transport: SandboxTransport) -> ContainerFate:
+    assert transport.fate is not None, "the transport did not record how the container ended"
+    return transport.fate
 
 
 def leaf_types(error: BaseException | None) -> set[type]:
@@ -205,8 +224,8 @@ async def test_a_hostile_server_cannot_get_out_in_any_restricted_mode(
         interfaces = await call(client, "whoami")
     assert ('"interfaces": "lo"' in interfaces) is (mode == "none")
     assert transport.fate is not None
-    assert transport.fate.exit_code == 0
-    assert not transport.fate.failed
+    assert fate_of(transport).exit_code == 0
+    assert not fate_of(transport).failed
     assert left_behind(engine, transport.session_id) == []
 
 
@@ -272,7 +291,7 @@ async def test_garbage_on_stdout_is_an_exception_value_and_the_session_goes_on(e
         assert await call(client, "echo", text="after") == "after"
     assert len(seen) == 1
     assert isinstance(seen[0], ValueError)
-    assert not transport.fate.failed
+    assert not fate_of(transport).failed
 
 
 async def test_a_crash_is_reported_with_its_exit_code_and_last_stderr_line(engine, images):
@@ -283,7 +302,7 @@ async def test_a_crash_is_reported_with_its_exit_code_and_last_stderr_line(engin
     assert str(failed.value) == (
         "hostile: the server exited with code 3; last stderr line: crashing with exit code 3"
     )
-    assert failed.value.fate.exit_code == 3
+    assert fate_of_error(failed.value).exit_code == 3
     assert left_behind(engine, transport.session_id) == []
 
 
@@ -293,7 +312,7 @@ async def test_stderr_is_kept_as_a_bounded_tail(engine, images):
         await call(client, "shout", lines=10)
     assert transport.stderr_tail()[-3:] == ("stderr line 7", "stderr line 8", "stderr line 9")
     assert len(transport.stderr_tail()) == 3
-    assert transport.fate.stderr_tail == transport.stderr_tail()
+    assert fate_of(transport).stderr_tail == transport.stderr_tail()
 
 
 async def test_a_line_longer_than_the_limit_stops_the_server(engine, images):
@@ -302,7 +321,7 @@ async def test_a_line_longer_than_the_limit_stops_the_server(engine, images):
         async with Client(transport) as client:
             await client.call_tool("echo", {"text": "x" * 10000})
     assert "longer than 4096 bytes" in str(failed.value)
-    assert failed.value.fate.stopped_by_toolroom
+    assert fate_of_error(failed.value).stopped_by_toolroom
     assert left_behind(engine, transport.session_id) == []
 
 
@@ -314,7 +333,7 @@ async def test_cancelling_the_caller_removes_the_container_and_network(engine, i
             await client.call_tool("nap", {"seconds": 60})
     assert scope.cancelled_caught
     assert time.monotonic() - started < 15
-    assert transport.fate.stopped_by_toolroom
+    assert fate_of(transport).stopped_by_toolroom
     assert left_behind(engine, transport.session_id) == []
 
 
@@ -323,8 +342,8 @@ async def test_a_server_that_ignores_the_end_of_stdin_is_killed_on_exit(engine, 
     transport = sandbox_transport(spec, engine=engine, stop_grace=0.5)
     async with Client(transport) as client:
         await call(client, "echo", text="hi")
-    assert transport.fate.stopped_by_toolroom
-    assert not transport.fate.failed
+    assert fate_of(transport).stopped_by_toolroom
+    assert not fate_of(transport).failed
     assert left_behind(engine, transport.session_id) == []
 
 
@@ -356,8 +375,7 @@ async def test_the_published_time_server_runs_sandboxed_without_network(engine, 
         tools = await client.list_tools()
         assert {tool.name for tool in tools.tools} >= {"get_current_time", "convert_time"}
         result = await client.call_tool("get_current_time", {"timezone": "Europe/Paris"})
-    assert not result.is_error
-    assert "Europe/Paris" in result.content[0].text
+    assert "Europe/Paris" in text_of(result)
     assert left_behind(engine, transport.session_id) == []
 
 

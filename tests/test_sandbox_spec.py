@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 import pytest
 
@@ -30,8 +31,8 @@ from workers.adapters.sandbox.streams import (
 from workers.management.commands.sandbox import split_package
 
 
-def spec(**overrides):
-    values = {"server_key": "time", "image": "toolroom/pypi-mcp-server-time:abc"}
+def spec(**overrides: Any) -> ContainerSpec:
+    values: dict[str, Any] = {"server_key": "time", "image": "toolroom/pypi-mcp-server-time:abc"}
     return ContainerSpec(**(values | overrides))
 
 

@@ -128,7 +128,7 @@ def connect(host: str, port: int, timeout: float = 2.0) -> str:
 def resolve(name: str) -> str:
     """Look a name up."""
     try:
-        return ",".join(sorted({info[4][0] for info in socket.getaddrinfo(name, 80)}))
+        return ",".join(sorted({str(info[4][0]) for info in socket.getaddrinfo(name, 80)}))
     except OSError as exc:
         return _failure(exc)
 

@@ -353,17 +353,23 @@ def _dockerfile_run(argv: Sequence[str]) -> str:
 
 
 def _host_python(host_python: str) -> str:
-    version = _run(
-        [host_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        step="checking the host's Python",
-    ).strip()
+    """A Python of the base image's version on this host: `host_python`, else python3.11."""
     wanted = ".".join(map(str, BASE_PYTHON))
-    if version != wanted:
-        raise ImageBuildError(
-            f"Wheels for the base image's Python {wanted} are built with a host Python {wanted}; "
-            f"{host_python} is {version}. Point host_python at a Python {wanted}."
-        )
-    return host_python
+    tried: list[str] = []
+    for candidate in (host_python, shutil.which(f"python{wanted}")):
+        if candidate is None or candidate in tried:
+            continue
+        tried.append(candidate)
+        found = _run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            step="checking the host's Python",
+        ).strip()
+        if found == wanted:
+            return candidate
+    raise ImageBuildError(
+        f"Wheels for the base image's Python {wanted} are fetched with a Python {wanted} on this "
+        f"host (with pip); none found among {', '.join(tried)}. Install python{wanted}."
+    )
 
 
 def _fetch_wheels(requirements: Sequence[str], into: Path, *, host_python: str, say: Say) -> None:
