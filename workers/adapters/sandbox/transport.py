@@ -327,7 +327,9 @@ class SandboxTransport:
                 "sandbox build-package ...) or correct the server's image."
             ) from exc
         except docker.errors.APIError as exc:
-            raise SandboxError(f"The engine refused the server's container: {exc}") from exc
+            raise SandboxError(
+                f"The engine refused the server's container: {exc.explanation or exc}"
+            ) from exc
         state.container_id = str(created["Id"])
         sock = await _engine_call(_attached_socket, engine, state.container_id, stdin=True)
         state.conn = await anyio.abc.SocketStream.from_socket(sock)
