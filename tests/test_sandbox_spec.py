@@ -129,6 +129,13 @@ def test_the_spec_keeps_a_copy_of_what_it_was_given():
     assert made.egress_allowlist == ("api.example.test:443",)
 
 
+def test_specs_compare_and_hash_by_value():
+    assert spec(env={"A": "1"}) == spec(env={"A": "1"})
+    assert hash(spec(env={"A": "1"})) == hash(spec(env={"A": "1"}))
+    assert spec(env={"A": "1"}) != spec(env={"A": "2"})
+    assert len({spec(), spec(), spec(memory_mb=512)}) == 2
+
+
 def test_every_container_gets_the_fixed_hardening():
     config = hardened_host_config(
         memory_mb=256,

@@ -15,7 +15,7 @@ import re
 import socket
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from workers.adapters.sandbox.errors import SandboxSpecError
@@ -190,6 +190,15 @@ class ContainerSpec:
         )
         object.__setattr__(self, "mounts", tuple(self.mounts))
         self._check()
+
+    def __hash__(self) -> int:
+        # A spec keys warm runtimes; its env is a dict, so hash a canonical form of every field.
+        return hash(
+            tuple(
+                tuple(sorted(value.items())) if isinstance(value, dict) else value
+                for value in (getattr(self, f.name) for f in fields(self))
+            )
+        )
 
     def _check(self) -> None:
         if not _KEY.match(self.server_key):
