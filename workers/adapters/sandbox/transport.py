@@ -178,6 +178,11 @@ class _Session:
     container_id: str | None = None
     network_id: str | None = None
     proxy_id: str | None = None
+    # Names of what a create call was made for: if the call failed after the engine made the
+    # thing (a timeout), the name still finds it.
+    network_name: str | None = None
+    proxy_name: str | None = None
+    server_name: str | None = None
     conn: anyio.abc.SocketStream | None = None
     proxy_conn: anyio.abc.SocketStream | None = None
     shutting_down: bool = False
@@ -283,7 +288,7 @@ class SandboxTransport:
         network_mode = "none"
         if spec.network_mode in ("internal", "proxied"):
             labels = resource_labels(spec, session_id=state.session_id, role="network")
-            name = resource_name(spec, session_id=state.session_id, role="net")
+            name = state.network_name = resource_name(spec, session_id=state.session_id, role="net")
             network_id = await _engine_call(networks.create_session_network, engine, name, labels)
             state.network_id = network_mode = network_id
             dns, dns_options = networks.ISOLATED_DNS, networks.ISOLATED_DNS_OPTIONS
@@ -306,6 +311,7 @@ class SandboxTransport:
             ),
             **({"dns_opt": list(dns_options)} if dns_options else {}),
         )
+        state.server_name = self.container_name
         try:
             created = await _engine_call(
                 engine.api.create_container,
@@ -357,11 +363,12 @@ class SandboxTransport:
             if await _engine_call(_image_missing, engine, image):
                 await _engine_call(build_proxy_image, engine=engine)
         egress = await _engine_call(networks.ensure_egress_network, engine)
+        state.proxy_name = resource_name(spec, session_id=state.session_id, role="proxy")
         state.proxy_id = await _engine_call(
             networks.create_proxy_container,
             engine,
             image=image,
-            name=resource_name(spec, session_id=state.session_id, role="proxy"),
+            name=state.proxy_name,
             allowlist=list(spec.egress_allowlist),
             labels=resource_labels(spec, session_id=state.session_id, role="proxy"),
             egress_network_id=egress,
@@ -572,21 +579,20 @@ class SandboxTransport:
             state.stopped_by_toolroom = not state.error
             await self._learn_fate(engine, state, state.container_id, wait=0)
         problems: list[str] = []
-        for container_id in (state.container_id, state.proxy_id):
-            if container_id is not None:
+        for container in (
+            state.container_id or state.server_name,
+            state.proxy_id or state.proxy_name,
+        ):
+            if container is not None:
                 try:
-                    await _engine_call(
-                        _remove_container, engine, container_id, timeout=REMOVE_TIMEOUT
-                    )
+                    await _engine_call(_remove_container, engine, container, timeout=REMOVE_TIMEOUT)
                 except (SandboxError, docker.errors.DockerException) as exc:
                     problems.append(str(exc))
-        if state.network_id is not None:
+        network = state.network_id or state.network_name
+        if network is not None:
             try:
                 await _engine_call(
-                    networks.remove_network_when_empty,
-                    engine,
-                    state.network_id,
-                    timeout=REMOVE_TIMEOUT,
+                    networks.remove_network_when_empty, engine, network, timeout=REMOVE_TIMEOUT
                 )
             except (SandboxError, docker.errors.DockerException) as exc:
                 problems.append(str(exc))
