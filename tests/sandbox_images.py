@@ -2,6 +2,9 @@
 
 Run it to build them ahead of the tests (scripts/ensure-sandbox-image does):
     python -m tests.sandbox_images
+
+The npm server's image needs the Node.js base (another debootstrap, about a minute) and the npm
+registry; it is built only for the one test that runs it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from workers.adapters.sandbox import (
+    NODE_BASE_IMAGE,
     ImageRef,
     build_base_image,
     build_package_image,
@@ -57,8 +61,21 @@ def ensure_test_images(engine: Engine | None = None, *, say=print) -> SandboxTes
     return SandboxTestImages(base=base, proxy=proxy, servers=servers, time_server=time_server)
 
 
+# A reference server on the TypeScript SDK, pinned: the npm path of the sandbox.
+NPM_SERVER = ("@modelcontextprotocol/server-memory", "2026.8.31")
+
+
+def ensure_node_test_image(engine: Engine | None = None, *, say=print) -> ImageRef:
+    """The Node.js base (built when missing) and the npm server's package image."""
+    engine = engine or connect_engine()
+    build_base_image(engine=engine, reference=NODE_BASE_IMAGE, node=True, say=say)
+    return build_package_image("npm", *NPM_SERVER, engine=engine, say=say)
+
+
 if __name__ == "__main__":
     images = ensure_test_images()
     for name, ref in vars(images).items():
         print(f"{name}: {ref.reference} {ref.digest[:19]}")
+    node = ensure_node_test_image()
+    print(f"npm server: {node.reference} {node.digest[:19]}")
     sys.exit(0)

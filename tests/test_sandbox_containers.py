@@ -24,7 +24,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp_types import CallToolResult, TextContent
 
-from tests.sandbox_images import SandboxTestImages, ensure_test_images
+from tests.sandbox_images import SandboxTestImages, ensure_node_test_image, ensure_test_images
 from workers.adapters.sandbox import (
     ContainerFate,
     ContainerSpec,
@@ -376,6 +376,28 @@ async def test_the_published_time_server_runs_sandboxed_without_network(engine, 
         assert {tool.name for tool in tools.tools} >= {"get_current_time", "convert_time"}
         result = await client.call_tool("get_current_time", {"timezone": "Europe/Paris"})
     assert "Europe/Paris" in text_of(result)
+    assert left_behind(engine, transport.session_id) == []
+
+
+async def test_an_npm_server_runs_sandboxed_on_the_node_base(engine):
+    image = ensure_node_test_image(engine, say=lambda _line: None)
+    assert image.commands == ("mcp-server-memory",)
+    spec = ContainerSpec(
+        server_key="memory",
+        image=image.digest,
+        env={"MEMORY_FILE_PATH": "/tmp/memory.jsonl"},
+        memory_mb=256,
+    )
+    transport = sandbox_transport(spec, engine=engine)
+    async with Client(transport) as client:
+        tools = await client.list_tools()
+        assert {"create_entities", "read_graph"} <= {tool.name for tool in tools.tools}
+        await call(
+            client,
+            "create_entities",
+            entities=[{"name": "toolroom", "entityType": "project", "observations": ["sandboxed"]}],
+        )
+        assert "toolroom" in await call(client, "read_graph")
     assert left_behind(engine, transport.session_id) == []
 
 
