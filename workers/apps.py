@@ -1,4 +1,4 @@
-"""Django app configuration for the workers (their management commands live here)."""
+"""Django app configuration for the data plane (its management commands live here)."""
 
 from django.apps import AppConfig
 

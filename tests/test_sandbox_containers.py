@@ -1,0 +1,477 @@
+"""Hostile and honest MCP servers in real containers on a real engine, through `sandbox_transport`.
+
+The engine must be running (scripts/ensure-docker); the images are built on first use and reused
+after that (tests/sandbox_images.py). Every connection a test or a container makes targets this
+machine: 127.0.0.1, the Docker bridge's address on the host, or the containers themselves. Names
+looked up are under .invalid only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.metadata import version
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, MCPError
+from mcp_types import CallToolResult, TextContent
+
+from tests.sandbox_images import SandboxTestImages, ensure_node_test_image, ensure_test_images
+from workers.adapters.sandbox import (
+    ContainerFate,
+    ContainerSpec,
+    EngineUnavailableError,
+    SandboxError,
+    SandboxTransport,
+    build_package_image,
+    connect_engine,
+    remove_orphans,
+    sandbox_transport,
+)
+from workers.adapters.sandbox.images import LABEL_INPUTS
+from workers.adapters.sandbox.spec import LABEL_OWNER, LABEL_SESSION
+
+pytestmark = pytest.mark.anyio
+
+HOSTILE = ["python3", "/opt/servers/hostile.py"]
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def engine():
+    try:
+        client = connect_engine()
+    except EngineUnavailableError as exc:
+        pytest.fail(f"The sandbox tests need a Docker engine: {exc.message}", pytrace=False)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def images(engine) -> SandboxTestImages:
+    """Built the first time (a few minutes), found after that."""
+    return ensure_test_images(engine, say=lambda _line: None)
+
+
+@pytest.fixture(scope="session")
+def bridge_address(engine) -> str:
+    """The host's address on Docker's default bridge (docker0), e.g. 172.17.0.1."""
+    config = engine.api.inspect_network("bridge")["IPAM"]["Config"][0]
+    if config.get("Gateway"):
+        return str(config["Gateway"])
+    # Docker 20.10 leaves it out: the bridge takes the subnet's first address.
+    return str(ipaddress.ip_network(config["Subnet"]).network_address + 1)
+
+
+class Listener:
+    """A TCP listener on the host that records who reached it."""
+
+    def __init__(self, host: str) -> None:
+        self.socket = socket.create_server((host, 0))
+        self.socket.settimeout(0.2)
+        self.port = self.socket.getsockname()[1]
+        self.accepted: list[tuple[str, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, peer = self.socket.accept()
+            except TimeoutError:
+                continue
+            self.accepted.append(peer)
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.socket.close()
+
+
+@pytest.fixture
+def bridge_listener(bridge_address) -> Iterator[Listener]:
+    listener = Listener(bridge_address)
+    yield listener
+    listener.close()
+
+
+class Greeting(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = f"hello from {self.server.server_address[1]}".encode()  # type: ignore[index]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def bridge_http(bridge_address) -> Iterator[list[int]]:
+    """Two HTTP servers on the host's bridge address: the first is allowlisted, the second not."""
+    servers = [ThreadingHTTPServer((bridge_address, 0), Greeting) for _ in range(2)]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for thread in threads:
+        thread.start()
+    yield [s.server_address[1] for s in servers]
+    for server, thread in zip(servers, threads, strict=True):
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def hostile(images: SandboxTestImages, **overrides: Any) -> ContainerSpec:
+    values: dict[str, Any] = {
+        "server_key": "hostile",
+        "image": images.servers.reference,
+        "argv": HOSTILE,
+        "memory_mb": 256,
+        "pids_limit": 64,
+        "cpus": 1.0,
+    }
+    return ContainerSpec(**(values | overrides))
+
+
+def text_of(result: CallToolResult) -> str:
+    assert not result.is_error, result
+    content = result.content[0]
+    assert isinstance(content, TextContent)
+    return content.text
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> str:
+    return text_of(await client.call_tool(tool, arguments))
+
+
+def fate_of_error(error: SandboxError) -> ContainerFate:
+    assert error.fate is not None
+    return error.fate
+
+
+def fate_of(transport: SandboxTransport) -> ContainerFate:
+    assert transport.fate is not None, "the transport did not record how the container ended"
+    return transport.fate
+
+
+def leaf_types(error: BaseException | None) -> set[type]:
+    if isinstance(error, BaseExceptionGroup):
+        return set().union(*(leaf_types(e) for e in error.exceptions))
+    return {type(error)}
+
+
+def left_behind(engine, session_id: str) -> list[str]:
+    filters = {"label": f"{LABEL_SESSION}={session_id}"}
+    containers = engine.api.containers(all=True, filters=filters)
+    networks = engine.api.networks(filters=filters)
+    return [c["Names"][0] for c in containers] + [n["Name"] for n in networks]
+
+
+async def assert_contained(client: Client, *, bridge_address: str, listener: Listener) -> None:
+    """Every escape fails, visibly; the honest tools keep working on the same session."""
+    who = await call(client, "whoami")
+    assert '"uid": "65534"' in who
+    assert '"euid": "65534"' in who
+    assert '"cap_eff": "0000000000000000"' in who
+    assert '"no_new_privs": "1"' in who
+    assert '"seccomp": "2"' in who
+
+    assert "Read-only file system" in await call(client, "write_root")
+    assert "Permission denied" in await call(client, "exec_from_tmp")
+    socket_outcome = await call(client, "docker_socket")
+    assert socket_outcome.count("FileNotFoundError") == 2
+    escalation = await call(client, "setuid_escalate")
+    assert "/etc/shadow: Permission denied" in escalation
+    assert escalation.endswith("suid-python euid 65534")
+    assert "gaierror" in await call(client, "resolve", name="exfil.invalid")
+
+    outward = await call(client, "connect", host=bridge_address, port=listener.port, timeout=1.0)
+    assert outward.startswith(("OSError", "TimeoutError")), outward
+    local = await call(client, "connect", host="127.0.0.1", port=listener.port, timeout=1.0)
+    assert local.startswith("ConnectionRefusedError"), local
+    assert listener.accepted == []
+
+    fork = await call(client, "fork_bomb")
+    assert fork.startswith("fork failed after"), fork
+    assert "Resource temporarily unavailable" in fork
+    assert int(fork.split()[3]) < 64
+
+    assert await call(client, "echo", text="still here") == "still here"
+    assert await call(client, "add", a=2, b=3) == "5"
+
+
+@pytest.mark.parametrize("mode", ["none", "internal", "proxied"])
+async def test_a_hostile_server_cannot_get_out_in_any_restricted_mode(
+    engine, images, bridge_address, bridge_listener, mode
+):
+    transport = sandbox_transport(hostile(images, network_mode=mode), engine=engine)
+    async with Client(transport) as client:
+        await assert_contained(client, bridge_address=bridge_address, listener=bridge_listener)
+        interfaces = await call(client, "whoami")
+    assert ('"interfaces": "lo"' in interfaces) is (mode == "none")
+    assert transport.fate is not None
+    assert fate_of(transport).exit_code == 0
+    assert not fate_of(transport).failed
+    assert left_behind(engine, transport.session_id) == []
+
+
+async def test_in_bridge_mode_the_host_stays_shut_but_egress_is_open_by_design(
+    engine, images, bridge_address, bridge_listener
+):
+    # Bridge mode is the unrestricted egress that only trusted tiers get: the server reaches the
+    # host's bridge address; everything else that is not networking stays refused.
+    transport = sandbox_transport(hostile(images, network_mode="bridge"), engine=engine)
+    async with Client(transport) as client:
+        assert "Read-only file system" in await call(client, "write_root")
+        assert "Permission denied" in await call(client, "setuid_escalate")
+        assert "FileNotFoundError" in await call(client, "docker_socket")
+        assert (await call(client, "fork_bomb")).startswith("fork failed after")
+        reached = await call(
+            client, "connect", host=bridge_address, port=bridge_listener.port, timeout=1.0
+        )
+        assert reached == f"connected to {bridge_address}:{bridge_listener.port}"
+        assert await call(client, "echo", text="ok") == "ok"
+    assert left_behind(engine, transport.session_id) == []
+
+
+async def test_a_memory_hog_is_oom_killed_and_the_reason_is_clear(engine, images):
+    seen: list[Exception] = []
+
+    async def on_message(message) -> None:
+        if isinstance(message, Exception):
+            seen.append(message)
+
+    transport = sandbox_transport(hostile(images, memory_mb=128), engine=engine)
+
+    async def hog() -> None:
+        async with Client(transport, message_handler=on_message) as client:
+            assert await call(client, "echo", text="before") == "before"
+            await client.call_tool("hog", {"megabytes": 1024})
+
+    with pytest.raises(SandboxError) as failed:
+        await hog()
+    # Raised from the session's own error (the SDK's task groups may have grouped it).
+    assert MCPError in leaf_types(failed.value.__cause__)
+    fate = failed.value.fate
+    assert fate is not None
+    assert fate.oom_killed
+    assert fate.exit_code == 137
+    assert str(failed.value) == (
+        "hostile: the server was killed for using more than 128 MB of memory (OOM)"
+    )
+    assert transport.fate == fate
+    assert any(isinstance(e, SandboxError) and e.fate == fate for e in seen)
+    assert left_behind(engine, transport.session_id) == []
+
+
+async def test_garbage_on_stdout_is_an_exception_value_and_the_session_goes_on(engine, images):
+    seen: list[Exception] = []
+
+    async def on_message(message) -> None:
+        if isinstance(message, Exception):
+            seen.append(message)
+
+    transport = sandbox_transport(hostile(images), engine=engine)
+    async with Client(transport, message_handler=on_message) as client:
+        assert await call(client, "garbage") == "sent garbage"
+        assert await call(client, "echo", text="after") == "after"
+    assert len(seen) == 1
+    assert isinstance(seen[0], ValueError)
+    assert not fate_of(transport).failed
+
+
+async def test_a_crash_is_reported_with_its_exit_code_and_last_stderr_line(engine, images):
+    transport = sandbox_transport(hostile(images), engine=engine)
+    with pytest.raises(SandboxError) as failed:
+        async with Client(transport) as client:
+            await client.call_tool("crash", {"code": 3})
+    assert str(failed.value) == (
+        "hostile: the server exited with code 3; last stderr line: crashing with exit code 3"
+    )
+    assert fate_of_error(failed.value).exit_code == 3
+    assert left_behind(engine, transport.session_id) == []
+
+
+async def test_stderr_is_kept_as_a_bounded_tail(engine, images):
+    transport = sandbox_transport(hostile(images), engine=engine, stderr_lines=3)
+    async with Client(transport) as client:
+        await call(client, "shout", lines=10)
+    assert transport.stderr_tail()[-3:] == ("stderr line 7", "stderr line 8", "stderr line 9")
+    assert len(transport.stderr_tail()) == 3
+    assert fate_of(transport).stderr_tail == transport.stderr_tail()
+
+
+async def test_a_line_longer_than_the_limit_stops_the_server(engine, images):
+    transport = sandbox_transport(hostile(images), engine=engine, max_line_bytes=4096)
+    with pytest.raises(SandboxError) as failed:
+        async with Client(transport) as client:
+            await client.call_tool("echo", {"text": "x" * 10000})
+    assert "longer than 4096 bytes" in str(failed.value)
+    assert fate_of_error(failed.value).stopped_by_toolroom
+    assert left_behind(engine, transport.session_id) == []
+
+
+async def test_cancelling_the_caller_removes_the_container_and_network(engine, images):
+    transport = sandbox_transport(hostile(images, network_mode="internal"), engine=engine)
+    started = time.monotonic()
+    with anyio.move_on_after(4) as scope:
+        async with Client(transport) as client:
+            await client.call_tool("nap", {"seconds": 60})
+    assert scope.cancelled_caught
+    assert time.monotonic() - started < 15
+    assert fate_of(transport).stopped_by_toolroom
+    assert left_behind(engine, transport.session_id) == []
+
+
+async def test_a_server_that_ignores_the_end_of_stdin_is_killed_on_exit(engine, images):
+    spec = hostile(images, env={"HOSTILE_IGNORE_STDIN_EOF": "1"})
+    transport = sandbox_transport(spec, engine=engine, stop_grace=0.5)
+    async with Client(transport) as client:
+        await call(client, "echo", text="hi")
+    assert fate_of(transport).stopped_by_toolroom
+    assert not fate_of(transport).failed
+    assert left_behind(engine, transport.session_id) == []
+
+
+async def test_a_missing_image_is_explained(engine):
+    spec = ContainerSpec(server_key="ghost", image="toolroom/does-not-exist:1")
+    with pytest.raises(SandboxError, match="is not on the engine: build it first"):
+        async with Client(sandbox_transport(spec, engine=engine)):
+            pass
+
+
+async def test_a_command_missing_from_the_image_is_explained(engine, images):
+    transport = sandbox_transport(hostile(images, argv=["/no/such/server"]), engine=engine)
+    with pytest.raises(SandboxError) as failed:
+        async with Client(transport):
+            pass
+    assert str(failed.value).startswith(
+        "hostile: the server's command was not found in the image (exit code 127); last stderr "
+        "line: [FATAL tini"
+    )
+    assert str(failed.value).endswith("exec /no/such/server failed: No such file or directory")
+    assert left_behind(engine, transport.session_id) == []
+
+
+async def test_the_published_time_server_runs_sandboxed_without_network(engine, images):
+    assert images.time_server.commands == ("mcp-server-time",)
+    spec = ContainerSpec(server_key="time", image=images.time_server.digest, memory_mb=256)
+    transport = sandbox_transport(spec, engine=engine)
+    async with Client(transport) as client:
+        tools = await client.list_tools()
+        assert {tool.name for tool in tools.tools} >= {"get_current_time", "convert_time"}
+        result = await client.call_tool("get_current_time", {"timezone": "Europe/Paris"})
+    assert "Europe/Paris" in text_of(result)
+    assert left_behind(engine, transport.session_id) == []
+
+
+async def test_an_npm_server_runs_sandboxed_on_the_node_base(engine):
+    image = ensure_node_test_image(engine, say=lambda _line: None)
+    assert image.commands == ("mcp-server-memory",)
+    spec = ContainerSpec(
+        server_key="memory",
+        image=image.digest,
+        env={"MEMORY_FILE_PATH": "/tmp/memory.jsonl"},
+        memory_mb=256,
+    )
+    transport = sandbox_transport(spec, engine=engine)
+    async with Client(transport) as client:
+        tools = await client.list_tools()
+        assert {"create_entities", "read_graph"} <= {tool.name for tool in tools.tools}
+        await call(
+            client,
+            "create_entities",
+            entities=[{"name": "toolroom", "entityType": "project", "observations": ["sandboxed"]}],
+        )
+        assert "toolroom" in await call(client, "read_graph")
+    assert left_behind(engine, transport.session_id) == []
+
+
+def test_a_package_image_is_reused_for_the_same_package_and_base(engine, images):
+    again = build_package_image(
+        "pypi", "mcp-server-time", version("mcp-server-time"), engine=engine
+    )
+    assert not again.built
+    assert (again.reference, again.digest) == (
+        images.time_server.reference,
+        images.time_server.digest,
+    )
+    inputs = engine.images.get(again.reference).labels[LABEL_INPUTS]
+    # The base image's ID is an input: a rebuilt base gives a new tag, hence a rebuild.
+    assert images.base.digest in inputs
+    assert f"mcp-server-time=={version('mcp-server-time')}" in inputs
+
+
+async def test_a_proxied_server_reaches_only_its_allowlist(
+    engine, images, bridge_address, bridge_http
+):
+    allowed, other = bridge_http
+    spec = hostile(images, network_mode="proxied", egress_allowlist=[f"{bridge_address}:{allowed}"])
+    transport = sandbox_transport(spec, engine=engine)
+    async with Client(transport) as client:
+        assert await call(client, "http_get", url=f"http://{bridge_address}:{allowed}/") == (
+            f"200 hello from {allowed}"
+        )
+        refused = await call(client, "http_get", url=f"http://{bridge_address}:{other}/")
+        assert refused.startswith("403 Toolroom egress proxy:")
+        assert "is not on this server's egress allowlist" in refused
+        named = await call(client, "http_get", url="http://exfil.invalid/")
+        assert named == (
+            "403 Toolroom egress proxy: exfil.invalid:80 is not on this server's egress allowlist"
+        )
+        # Around the proxy, straight to the allowed server: no route.
+        direct = await call(client, "connect", host=bridge_address, port=allowed, timeout=1.0)
+        assert direct.startswith(("OSError", "TimeoutError")), direct
+    assert any(
+        line.startswith(f"allow GET {bridge_address}:{allowed}") for line in transport.proxy_log
+    )
+    assert any(line.startswith("deny GET http://exfil.invalid/") for line in transport.proxy_log)
+    assert left_behind(engine, transport.session_id) == []
+
+
+async def test_the_janitor_removes_what_a_killed_worker_left_but_not_a_live_ones(engine, images):
+    owner = f"janitor-test-{time.monotonic_ns()}"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tests.sandbox_dying_worker", owner, images.servers.reference],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "READY"
+    finally:
+        worker.kill()
+        worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
+    filters = {"label": f"{LABEL_OWNER}={owner}"}
+    # The proxy follows its dead worker by itself (its stdin closed); the stubborn server stays.
+    deadline = time.monotonic() + 10
+    while len(engine.api.containers(all=True, filters=filters)) > 1:
+        assert time.monotonic() < deadline, engine.api.containers(all=True, filters=filters)
+        await anyio.sleep(0.2)
+    assert len(engine.api.networks(filters=filters)) == 1
+
+    # A live session of the same owner in this process is not an orphan.
+    live = sandbox_transport(hostile(images, owner=owner), engine=engine)
+    async with Client(live) as client:
+        removed = remove_orphans(owner_label_value=owner, engine=engine)
+        assert await call(client, "echo", text="alive") == "alive"
+    assert sorted(line.split()[0] for line in removed) == ["container", "network"]
+    assert all("dying-worker" in line for line in removed)
+    assert engine.api.containers(all=True, filters=filters) == []
+    assert engine.api.networks(filters=filters) == []

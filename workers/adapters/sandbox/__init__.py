@@ -1,0 +1,53 @@
+"""Run MCP servers in hardened Docker containers and talk MCP to them over the container's stdio.
+
+The public interface; see docs/sandbox.md for the design.
+"""
+
+from workers.adapters.sandbox.engine import connect_engine, engine_version
+from workers.adapters.sandbox.errors import (
+    ContainerFate,
+    EngineUnavailableError,
+    ImageBuildError,
+    SandboxError,
+    SandboxSpecError,
+)
+from workers.adapters.sandbox.images import (
+    BASE_IMAGE,
+    NODE_BASE_IMAGE,
+    ImageRef,
+    build_base_image,
+    build_package_image,
+    build_proxy_image,
+    build_python_image,
+    image_digest,
+)
+from workers.adapters.sandbox.janitor import SandboxStatus, remove_orphans, sandbox_status
+from workers.adapters.sandbox.spec import NETWORK_MODES, ContainerSpec, HostMount, NetworkMode
+from workers.adapters.sandbox.transport import SandboxTransport, sandbox_transport
+
+__all__ = [
+    "BASE_IMAGE",
+    "NETWORK_MODES",
+    "NODE_BASE_IMAGE",
+    "ContainerFate",
+    "ContainerSpec",
+    "EngineUnavailableError",
+    "HostMount",
+    "ImageBuildError",
+    "ImageRef",
+    "NetworkMode",
+    "SandboxError",
+    "SandboxSpecError",
+    "SandboxStatus",
+    "SandboxTransport",
+    "build_base_image",
+    "build_package_image",
+    "build_proxy_image",
+    "build_python_image",
+    "connect_engine",
+    "engine_version",
+    "image_digest",
+    "remove_orphans",
+    "sandbox_status",
+    "sandbox_transport",
+]

@@ -1,0 +1,643 @@
+"""An MCP transport to a server running in a hardened container, over the container's own stdio.
+
+`sandbox_transport(spec)` is used like the SDK's `stdio_client`: an async context manager that
+yields `(read_stream, write_stream)` of `SessionMessage`, so `mcp.Client(sandbox_transport(spec))`
+and `ClientSession(*streams)` work unchanged. Underneath, the container is created with
+`stdin_open` and auto-remove, attached to before it starts (so no output is missed), and started;
+stdout carries JSON-RPC lines, stderr goes to a bounded tail and the log. On exit the container's
+stdin is closed, it gets a grace period to exit, then it is killed and removed, with its network and
+proxy: also when the caller is cancelled or fails. A worker that dies closes the attach connection,
+which closes the server's stdin; the janitor removes whatever a server that ignores that left.
+
+Afterwards `transport.fate` tells how the container ended (exit code, OOM kill, stderr tail). When
+the server died while the session was open, the read stream gets a `SandboxError` value and the
+`async with` raises `SandboxError` (from the session's error) with that fate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import secrets
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import docker.errors
+import mcp_types as types
+from mcp.client._transport import TransportStreams
+from mcp.shared.message import SessionMessage
+
+from workers.adapters.sandbox import networks
+from workers.adapters.sandbox.engine import Engine, connect_engine
+from workers.adapters.sandbox.errors import ContainerFate, SandboxError
+from workers.adapters.sandbox.images import build_proxy_image, proxy_image_reference
+from workers.adapters.sandbox.spec import (
+    ContainerSpec,
+    hardened_host_config,
+    resource_labels,
+    resource_name,
+)
+from workers.adapters.sandbox.streams import (
+    STDERR,
+    STDOUT,
+    FrameDemuxer,
+    LineSplitter,
+    LineTooLongError,
+    StderrTail,
+    StreamProtocolError,
+)
+
+logger = logging.getLogger(__name__)
+server_logger = logging.getLogger("workers.sandbox.server")
+
+DEFAULT_STDERR_LINES = 50
+DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
+START_TIMEOUT = 60.0
+# Time for the server to exit on its own once its stdin is closed (as the SDK's stdio client).
+STOP_GRACE = 2.0
+# Time to learn the exit code and any OOM kill from the engine's events.
+FATE_TIMEOUT = 5.0
+REMOVE_TIMEOUT = 10.0
+WRITER_FLUSH_TIMEOUT = 0.5
+
+_T = TypeVar("_T")
+
+
+async def _engine_call(function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """Run a blocking engine call in a worker thread (each is bounded by the client's timeout)."""
+    return await anyio.to_thread.run_sync(functools.partial(function, *args, **kwargs))
+
+
+def _parse_line(line: bytes) -> SessionMessage | Exception:
+    """One stdout line as a message, or the parse error as a value (as the SDK's stdio does)."""
+    try:
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError as exc:
+        logger.warning("A sandboxed server wrote a line that is not JSON-RPC: %.200r", line)
+        return exc
+    return SessionMessage(message)
+
+
+def _attached_socket(engine: Engine, container_id: str, *, stdin: bool) -> socket.socket:
+    """The attach connection of a created (not yet started) container, as a plain socket we own."""
+    params = {"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
+    raw = engine.api.attach_socket(container_id, params=params)
+    sock = getattr(raw, "_sock", raw)
+    if not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket):
+        with contextlib.suppress(Exception):
+            raw.close()
+        raise SandboxError(
+            "The engine is reached over TLS or SSH, where the sandbox cannot attach to a "
+            "container's stdio; reach it through its unix socket or a plain TCP socket proxy."
+        )
+    owned = sock.dup()
+    # Nothing was sent before start, so the HTTP layer has no output of the container buffered.
+    with contextlib.suppress(Exception):
+        raw.close()
+    with contextlib.suppress(Exception):
+        sock.close()
+    owned.setblocking(False)
+    return owned
+
+
+def _read_fate(
+    engine: Engine, container_id: str, *, since: float, timeout: float
+) -> tuple[int | None, bool]:
+    """(exit code, OOM killed) from the engine's events: they outlive an auto-removed container.
+
+    Waits up to `timeout` for the container to die (0: only what already happened).
+    """
+    exit_code: int | None = None
+    oom = False
+    events = engine.api.events(
+        since=int(since) - 60,
+        until=int(time.time() + timeout) + 1,
+        filters={"container": container_id, "type": "container"},
+        decode=True,
+    )
+    try:
+        for event in events:
+            action = str(event.get("Action") or event.get("status") or "")
+            if action == "oom":
+                oom = True
+            elif action == "die":
+                code = event.get("Actor", {}).get("Attributes", {}).get("exitCode")
+                exit_code = int(code) if code is not None else None
+                break
+    finally:
+        events.close()
+    if exit_code is None or not oom:
+        # Not removed yet (or events missed): the container's own record says it too.
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            state = engine.api.inspect_container(container_id)["State"]
+            if not state.get("Running"):
+                oom = oom or bool(state.get("OOMKilled"))
+                if exit_code is None:
+                    exit_code = int(state.get("ExitCode"))
+    return exit_code, oom
+
+
+def _remove_container(engine: Engine, container_id: str, *, timeout: float) -> None:
+    """Kill and remove the container, and wait until the engine no longer has it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            engine.api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            # 409: auto-remove is already removing it.
+            if exc.status_code != 409:
+                raise
+        try:
+            engine.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return
+        if time.monotonic() > deadline:
+            raise SandboxError(f"The engine did not remove container {container_id[:12]}.")
+        time.sleep(0.05)
+
+
+@dataclass
+class _Session:
+    """What one transport made on the engine, and how far it got."""
+
+    session_id: str
+    started_at: float = 0.0
+    container_id: str | None = None
+    network_id: str | None = None
+    proxy_id: str | None = None
+    # Names of what a create call was made for: if the call failed after the engine made the
+    # thing (a timeout), the name still finds it.
+    network_name: str | None = None
+    proxy_name: str | None = None
+    server_name: str | None = None
+    conn: anyio.abc.SocketStream | None = None
+    proxy_conn: anyio.abc.SocketStream | None = None
+    shutting_down: bool = False
+    stopped_by_toolroom: bool = False
+    error: str = ""
+    exited: anyio.Event = field(default_factory=anyio.Event)
+    writer_done: anyio.Event = field(default_factory=anyio.Event)
+    fate_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    # The pipe tasks' own scopes: a caller's cancellation must not stop them before the server
+    # is stopped (the reader is what sees the container exit); the transport ends them itself.
+    task_scopes: list[anyio.CancelScope] = field(default_factory=list)
+
+
+class SandboxTransport:
+    """The MCP transport to one sandboxed server; enter it once (see the module's docstring)."""
+
+    def __init__(
+        self,
+        spec: ContainerSpec,
+        *,
+        engine: Engine | None = None,
+        stderr_lines: int = DEFAULT_STDERR_LINES,
+        proxy_image: str | None = None,
+        start_timeout: float = START_TIMEOUT,
+        stop_grace: float = STOP_GRACE,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    ) -> None:
+        self.spec = spec
+        self.session_id = secrets.token_hex(6)
+        self.container_name = resource_name(spec, session_id=self.session_id, role="server")
+        self.fate: ContainerFate | None = None
+        self.proxy_log: deque[str] = deque(maxlen=200)
+        self._engine = engine
+        self._stderr = StderrTail(stderr_lines)
+        self._proxy_image = proxy_image
+        self._start_timeout = start_timeout
+        self._stop_grace = stop_grace
+        self._max_line_bytes = max_line_bytes
+        self._state = _Session(self.session_id)
+        self._context: contextlib.AbstractAsyncContextManager[TransportStreams] | None = None
+
+    @property
+    def container_id(self) -> str | None:
+        return self._state.container_id
+
+    def stderr_tail(self) -> tuple[str, ...]:
+        return self._stderr.tail()
+
+    async def __aenter__(self) -> TransportStreams:
+        if self._context is not None:
+            raise RuntimeError("A SandboxTransport is entered once; make a new one per session.")
+        self._context = self._run()
+        return await self._context.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        if self._context is None:
+            raise RuntimeError("This SandboxTransport was not entered.")
+        return await self._context.__aexit__(exc_type, exc, tb)
+
+    # --- the session's life ---------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncIterator[TransportStreams]:
+        state = self._state
+        owns_engine = self._engine is None
+        engine = self._engine
+        try:
+            if engine is None:
+                engine = await _engine_call(connect_engine)
+            try:
+                with anyio.fail_after(self._start_timeout):
+                    await self._start(engine, state)
+            except TimeoutError as exc:
+                raise SandboxError(
+                    f"The sandbox for {self.spec.server_key} did not start within "
+                    f"{self._start_timeout:.0f} s."
+                ) from exc
+            async with self._streams(engine, state) as streams:
+                yield streams
+        except Exception as exc:
+            fate = self.fate
+            if fate is not None and fate.failed and not isinstance(exc, SandboxError):
+                raise SandboxError(f"{self.spec.server_key}: {fate.describe()}", fate=fate) from exc
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                if engine is not None:
+                    await self._remove_everything(engine, state)
+                    if owns_engine:
+                        engine.close()
+
+    async def _start(self, engine: Engine, state: _Session) -> None:
+        spec = self.spec
+        state.started_at = time.time()
+        env = dict(spec.env)
+        dns: tuple[str, ...] = ()
+        dns_options: tuple[str, ...] = ()
+        network_mode = "none"
+        if spec.network_mode in ("internal", "proxied"):
+            labels = resource_labels(spec, session_id=state.session_id, role="network")
+            name = state.network_name = resource_name(spec, session_id=state.session_id, role="net")
+            network_id = await _engine_call(networks.create_session_network, engine, name, labels)
+            state.network_id = network_mode = network_id
+            dns, dns_options = networks.ISOLATED_DNS, networks.ISOLATED_DNS_OPTIONS
+            if spec.network_mode == "proxied":
+                address = await self._start_proxy(engine, state, network_id)
+                env.update(networks.proxy_environment(address))
+        elif spec.network_mode == "bridge":
+            network_mode = await _engine_call(networks.ensure_egress_network, engine)
+
+        host_config = engine.api.create_host_config(
+            **hardened_host_config(
+                memory_mb=spec.memory_mb,
+                cpus=spec.cpus,
+                pids_limit=spec.pids_limit,
+                read_only_root=spec.read_only_root,
+                tmpfs_mb=spec.tmpfs_mb,
+                network_mode=network_mode,
+                mounts=spec.mounts,
+                dns=dns,
+            ),
+            **({"dns_opt": list(dns_options)} if dns_options else {}),
+        )
+        state.server_name = self.container_name
+        try:
+            created = await _engine_call(
+                engine.api.create_container,
+                spec.image,
+                command=list(spec.argv) or None,
+                name=self.container_name,
+                user=spec.user,
+                environment=env,
+                working_dir=spec.working_dir or None,
+                stdin_open=True,
+                tty=False,
+                labels=resource_labels(spec, session_id=state.session_id, role="server"),
+                host_config=host_config,
+                use_config_proxy=False,
+            )
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxError(
+                f"Image {spec.image} is not on the engine: build it first (python manage.py "
+                "sandbox build-package ...) or correct the server's image."
+            ) from exc
+        except docker.errors.APIError as exc:
+            raise SandboxError(
+                f"The engine refused the server's container: {exc.explanation or exc}"
+            ) from exc
+        state.container_id = str(created["Id"])
+        sock = await _engine_call(_attached_socket, engine, state.container_id, stdin=True)
+        state.conn = await anyio.abc.SocketStream.from_socket(sock)
+        try:
+            await _engine_call(engine.api.start, state.container_id)
+        except docker.errors.APIError as exc:
+            state.error = str(exc.explanation or exc)
+            raise SandboxError(
+                f"The server's container did not start: {state.error}. Check the command "
+                f"{list(spec.argv)!r} against the image {spec.image}."
+            ) from exc
+        logger.info(
+            "Sandbox %s started for %s (%s, network %s)",
+            self.container_name,
+            spec.server_key,
+            spec.image,
+            spec.network_mode,
+        )
+
+    async def _start_proxy(self, engine: Engine, state: _Session, network_id: str) -> str:
+        spec = self.spec
+        image = self._proxy_image
+        if image is None:
+            image = await _engine_call(proxy_image_reference, engine)
+            if await _engine_call(_image_missing, engine, image):
+                await _engine_call(build_proxy_image, engine=engine)
+        egress = await _engine_call(networks.ensure_egress_network, engine)
+        state.proxy_name = resource_name(spec, session_id=state.session_id, role="proxy")
+        state.proxy_id = await _engine_call(
+            networks.create_proxy_container,
+            engine,
+            image=image,
+            name=state.proxy_name,
+            allowlist=list(spec.egress_allowlist),
+            labels=resource_labels(spec, session_id=state.session_id, role="proxy"),
+            egress_network_id=egress,
+            session_network_id=network_id,
+        )
+        sock = await _engine_call(_attached_socket, engine, state.proxy_id, stdin=True)
+        proxy_conn = state.proxy_conn = await anyio.abc.SocketStream.from_socket(sock)
+        await _engine_call(engine.api.start, state.proxy_id)
+        # The proxy says READY once it listens; anything before that goes to its log.
+        demux = FrameDemuxer()
+        lines = LineSplitter(64 * 1024)
+        while True:
+            try:
+                data = await proxy_conn.receive(65536)
+            except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+                raise SandboxError(
+                    "The egress proxy exited while starting: " + " | ".join(self.proxy_log)
+                ) from exc
+            for stream, piece in demux.feed(data):
+                if stream == STDOUT and any(
+                    line.startswith(b"READY") for line in lines.feed(piece)
+                ):
+                    return await _engine_call(
+                        networks.container_address, engine, state.proxy_id, network_id
+                    )
+                if stream == STDERR:
+                    self.proxy_log.extend(piece.decode(errors="replace").splitlines())
+
+    @asynccontextmanager
+    async def _streams(self, engine: Engine, state: _Session) -> AsyncIterator[TransportStreams]:
+        conn, proxy_conn, container_id = state.conn, state.proxy_conn, state.container_id
+        if conn is None or container_id is None:
+            raise SandboxError("The server's container is not attached.")
+        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                _shielded, state, self._read_server, engine, state, container_id, conn, read_writer
+            )
+            group.start_soon(
+                _shielded, state, self._write_server, state, conn, write_reader, read_writer
+            )
+            if proxy_conn is not None:
+                group.start_soon(_shielded, state, self._read_proxy, proxy_conn)
+            try:
+                yield read_stream, write_stream
+            finally:
+                state.shutting_down = True
+                # The server must be stopped even when the caller is cancelled; every wait in
+                # here is bounded.
+                with anyio.CancelScope(shield=True):
+                    read_stream.close()
+                    write_stream.close()
+                    await self._stop(engine, state)
+                    for stream in (read_stream, write_stream, read_writer, write_reader):
+                        await stream.aclose()
+                for scope in state.task_scopes:
+                    scope.cancel()
+                group.cancel_scope.cancel()
+
+    async def _read_server(
+        self,
+        engine: Engine,
+        state: _Session,
+        container_id: str,
+        conn: anyio.abc.SocketStream,
+        read_writer: anyio.abc.ObjectSendStream[SessionMessage | Exception],
+    ) -> None:
+        demux = FrameDemuxer()
+        lines = LineSplitter(self._max_line_bytes)
+        deliver = True
+
+        async def deliver_item(item: SessionMessage | Exception) -> None:
+            nonlocal deliver
+            if deliver:
+                try:
+                    await read_writer.send(item)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    deliver = False  # the session is gone; keep draining until the exit
+
+        async with read_writer:
+            try:
+                while True:
+                    try:
+                        data = await conn.receive(65536)
+                    except (
+                        anyio.EndOfStream,
+                        anyio.ClosedResourceError,
+                        anyio.BrokenResourceError,
+                        OSError,
+                    ):
+                        break  # the container's output ended: it exited, or was stopped
+                    for stream, piece in demux.feed(data):
+                        if stream == STDERR:
+                            for text in self._stderr.feed(piece):
+                                server_logger.debug("%s: %s", self.spec.server_key, text)
+                        elif stream == STDOUT:
+                            for line in lines.feed(piece):
+                                if line.strip():
+                                    await deliver_item(_parse_line(line))
+            except (StreamProtocolError, LineTooLongError) as exc:
+                state.error = str(exc)
+                logger.warning("Sandbox %s: %s; stopping it", self.container_name, exc)
+                await deliver_item(SandboxError(f"{self.spec.server_key}: {exc}"))
+                await self._kill(engine, state)
+            finally:
+                self._stderr.finish()
+                state.exited.set()
+            if not state.shutting_down:
+                fate = await self._learn_fate(engine, state, container_id)
+                logger.warning("Sandbox %s: %s", self.container_name, fate.describe())
+                await deliver_item(
+                    SandboxError(f"{self.spec.server_key}: {fate.describe()}", fate=fate)
+                )
+
+    async def _write_server(
+        self,
+        state: _Session,
+        conn: anyio.abc.SocketStream,
+        write_reader: anyio.abc.ObjectReceiveStream[SessionMessage],
+        read_writer: anyio.abc.ObjectSendStream[SessionMessage | Exception],
+    ) -> None:
+        try:
+            async with write_reader:
+                async for message in write_reader:
+                    json = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await conn.send(json.encode() + b"\n")
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            # The server is gone: end the session's reads rather than leave a request hanging.
+            await read_writer.aclose()
+        finally:
+            state.writer_done.set()
+
+    async def _read_proxy(self, proxy_conn: anyio.abc.SocketStream) -> None:
+        demux = FrameDemuxer()
+        log = StderrTail(0)
+        with contextlib.suppress(
+            anyio.EndOfStream,
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+            OSError,
+            StreamProtocolError,
+        ):
+            while True:
+                data = await proxy_conn.receive(65536)
+                for _stream, piece in demux.feed(data):
+                    for line in log.feed(piece):
+                        self.proxy_log.append(line)
+                        logger.info("egress proxy for %s: %s", self.spec.server_key, line)
+
+    async def _kill(self, engine: Engine, state: _Session) -> None:
+        if state.container_id is None:
+            return
+        state.stopped_by_toolroom = True
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            await _engine_call(engine.api.kill, state.container_id)
+
+    async def _stop(self, engine: Engine, state: _Session) -> None:
+        """Close the server's stdin, give it the grace period, then kill it; learn its fate."""
+        with anyio.move_on_after(WRITER_FLUSH_TIMEOUT):
+            await state.writer_done.wait()
+        if state.conn is not None:
+            with contextlib.suppress(Exception):
+                await state.conn.send_eof()
+        with anyio.move_on_after(self._stop_grace):
+            await state.exited.wait()
+        if not state.exited.is_set():
+            await self._kill(engine, state)
+            with anyio.move_on_after(REMOVE_TIMEOUT):
+                await state.exited.wait()
+        if state.container_id is not None:
+            await self._learn_fate(engine, state, state.container_id)
+
+    async def _learn_fate(
+        self, engine: Engine, state: _Session, container_id: str, *, wait: float = FATE_TIMEOUT
+    ) -> ContainerFate:
+        async with state.fate_lock:
+            if self.fate is not None:
+                return self.fate
+            try:
+                exit_code, oom = await _engine_call(
+                    _read_fate, engine, container_id, since=state.started_at, timeout=wait
+                )
+            except docker.errors.DockerException as exc:
+                logger.warning("Could not read the fate of %s: %s", self.container_name, exc)
+                exit_code, oom = None, False
+            fate = self.fate = ContainerFate(
+                container_id=container_id,
+                server_key=self.spec.server_key,
+                exit_code=exit_code,
+                oom_killed=oom,
+                stopped_by_toolroom=state.stopped_by_toolroom,
+                memory_limit_mb=self.spec.memory_mb,
+                stderr_tail=self._stderr.tail(),
+                error=state.error,
+            )
+            return fate
+
+    async def _remove_everything(self, engine: Engine, state: _Session) -> None:
+        """Remove the container, the proxy and the network, whatever happened before."""
+        for conn in (state.conn, state.proxy_conn):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.aclose()
+        if state.container_id is not None and self.fate is None and not state.shutting_down:
+            # It failed before the session began (e.g. it would not start): record that too,
+            # without waiting for a death that may never come.
+            state.stopped_by_toolroom = not state.error
+            await self._learn_fate(engine, state, state.container_id, wait=0)
+        problems: list[str] = []
+        for container in (
+            state.container_id or state.server_name,
+            state.proxy_id or state.proxy_name,
+        ):
+            if container is not None:
+                try:
+                    await _engine_call(_remove_container, engine, container, timeout=REMOVE_TIMEOUT)
+                except (SandboxError, docker.errors.DockerException) as exc:
+                    problems.append(str(exc))
+        network = state.network_id or state.network_name
+        if network is not None:
+            try:
+                await _engine_call(
+                    networks.remove_network_when_empty, engine, network, timeout=REMOVE_TIMEOUT
+                )
+            except (SandboxError, docker.errors.DockerException) as exc:
+                problems.append(str(exc))
+        if problems:
+            # The janitor removes what is left (it is labelled); the caller's outcome stands.
+            logger.error("Sandbox %s left resources: %s", self.container_name, "; ".join(problems))
+
+
+async def _shielded(state: _Session, function: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """Run a pipe task that only the transport itself cancels (see `_Session.task_scopes`)."""
+    with anyio.CancelScope(shield=True) as scope:
+        state.task_scopes.append(scope)
+        await function(*args)
+
+
+def _image_missing(engine: Engine, reference: str) -> bool:
+    try:
+        engine.images.get(reference)
+    except docker.errors.ImageNotFound:
+        return True
+    return False
+
+
+def sandbox_transport(
+    spec: ContainerSpec,
+    *,
+    engine: Engine | None = None,
+    stderr_lines: int = DEFAULT_STDERR_LINES,
+    proxy_image: str | None = None,
+    start_timeout: float = START_TIMEOUT,
+    stop_grace: float = STOP_GRACE,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> SandboxTransport:
+    """A transport to `spec`'s server in a fresh hardened container (see the module docstring).
+
+    `engine`: a docker client to use (and leave open); by default one is made and closed.
+    `proxy_image`: the egress proxy's image for the proxied mode; by default the one built from
+    this code on the base image (built on first use).
+    """
+    return SandboxTransport(
+        spec,
+        engine=engine,
+        stderr_lines=stderr_lines,
+        proxy_image=proxy_image,
+        start_timeout=start_timeout,
+        stop_grace=stop_grace,
+        max_line_bytes=max_line_bytes,
+    )

@@ -1,0 +1,120 @@
+"""`manage.py sandbox`: build the sandbox's images, remove orphans, show what runs on the engine.
+
+python manage.py sandbox build-base [--force] [--node]
+python manage.py sandbox build-proxy [--force]
+python manage.py sandbox build-package pypi mcp-server-time==2026.10.19
+python manage.py sandbox build-package npm @modelcontextprotocol/server-memory@2026.8.31
+python manage.py sandbox janitor [--owner NAME | --all]
+python manage.py sandbox status
+"""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from workers.adapters.sandbox import (
+    BASE_IMAGE,
+    NODE_BASE_IMAGE,
+    SandboxError,
+    build_base_image,
+    build_package_image,
+    build_proxy_image,
+    connect_engine,
+    remove_orphans,
+    sandbox_status,
+)
+from workers.adapters.sandbox.spec import default_owner
+
+
+def split_package(registry: str, text: str) -> tuple[str, str]:
+    """'name==1.2' (PyPI) or 'name@1.2' / '@scope/name@1.2' (npm) -> (name, version)."""
+    if registry == "pypi" and "==" in text:
+        name, version = text.split("==", 1)
+    elif registry == "npm" and "@" in text.lstrip("@"):
+        name, version = text.rsplit("@", 1)
+    else:
+        example = "mcp-server-time==2026.10.19" if registry == "pypi" else "package@1.2.3"
+        raise CommandError(f"Give the package with its pinned version, e.g. {example}.")
+    return name.strip(), version.strip()
+
+
+class Command(BaseCommand):
+    help = "Build the sandbox's images, remove orphaned containers, show the sandbox's status."
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True)
+        base = actions.add_parser("build-base", help="Build the local Debian base image.")
+        base.add_argument("--force", action="store_true", help="Rebuild even if it exists.")
+        base.add_argument("--node", action="store_true", help="The Node.js base (npm servers).")
+        base.add_argument("--mirror", help="Debian mirror (default: the one in apt's sources).")
+        proxy = actions.add_parser("build-proxy", help="Build the egress proxy's image.")
+        proxy.add_argument("--force", action="store_true")
+        package = actions.add_parser("build-package", help="Build an image for a package.")
+        package.add_argument("registry", choices=["pypi", "npm"])
+        package.add_argument("package", help="name==version (PyPI) or name@version (npm)")
+        package.add_argument("--force", action="store_true")
+        janitor = actions.add_parser("janitor", help="Remove what dead workers left behind.")
+        owner = janitor.add_mutually_exclusive_group()
+        owner.add_argument("--owner", default=default_owner(), help="Owner label (this host).")
+        owner.add_argument("--all", action="store_true", help="Every owner's orphans.")
+        actions.add_parser("status", help="Engine, images, containers and networks.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options["action"]
+        try:
+            if action == "build-base":
+                ref = build_base_image(
+                    reference=NODE_BASE_IMAGE if options["node"] else BASE_IMAGE,
+                    node=options["node"],
+                    force=options["force"],
+                    mirror=options["mirror"],
+                    say=self._say,
+                )
+                self.stdout.write(f"{ref.reference} {ref.digest}")
+            elif action == "build-proxy":
+                ref = build_proxy_image(force=options["force"], say=self._say)
+                self.stdout.write(f"{ref.reference} {ref.digest}")
+            elif action == "build-package":
+                name, version = split_package(options["registry"], options["package"])
+                ref = build_package_image(
+                    options["registry"], name, version, force=options["force"], say=self._say
+                )
+                commands = ", ".join(ref.commands) or "-"
+                self.stdout.write(f"{ref.reference} {ref.digest} (commands: {commands})")
+            elif action == "janitor":
+                removed = remove_orphans(
+                    owner_label_value=None if options["all"] else options["owner"]
+                )
+                for line in removed:
+                    self.stdout.write(f"removed {line}")
+                self.stdout.write(f"{len(removed)} orphaned resource(s) removed.")
+            elif action == "status":
+                self._status()
+        except SandboxError as exc:
+            raise CommandError(exc.message) from exc
+
+    def _say(self, line: str) -> None:
+        self.stderr.write(line)
+
+    def _status(self) -> None:
+        engine = connect_engine()
+        try:
+            status = sandbox_status(engine=engine)
+        finally:
+            engine.close()
+        self.stdout.write(f"engine: {status.engine}")
+        for reference, digest in status.images.items():
+            self.stdout.write(f"image {reference}: {digest or 'missing'}")
+        for network in status.networks:
+            self.stdout.write(f"network {network}")
+        for c in status.containers:
+            orphan = " ORPHANED" if c.orphaned else ""
+            self.stdout.write(
+                f"container {c.name}: server {c.server_key}, {c.role}, owner {c.owner}, "
+                f"{c.status}{orphan}"
+            )
+        if not status.containers:
+            self.stdout.write("no sandbox containers")
