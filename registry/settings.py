@@ -351,3 +351,7 @@ TOOLROOM_RUNTIME_STALE_SECONDS: int = env.int("TOOLROOM_RUNTIME_STALE_SECONDS", 
 # How long discovery waits for a server to answer its handshake (package runners such as npx
 # and uvx may download the server first).
 TOOLROOM_DISCOVERY_TIMEOUT_SECONDS: int = env.int("TOOLROOM_DISCOVERY_TIMEOUT_SECONDS", default=60)
+# The owner label of the sandbox containers this worker starts (default: the host name); the
+# janitor removes a dead worker's containers by it. Give workers on one host distinct names
+# only if they share no engine.
+TOOLROOM_SANDBOX_OWNER: str = env.str("TOOLROOM_SANDBOX_OWNER", default="")

@@ -59,7 +59,7 @@ async def discover_plan(plan: LaunchPlan) -> DiscoveryOutcome:
     via = "ephemeral session"
     start = time.perf_counter()
     try:
-        target = target_for(plan)
+        target = await target_for(plan)
         async with connect(target, deadlines=discovery_deadlines(plan)) as connection:
             timings["connect"] = elapsed_ms(start)
             outcome = await list_everything(connection, timings=timings, via=via)

@@ -39,11 +39,16 @@ async def probe(connection: McpConnection, plan: LaunchPlan) -> None:
 
 async def check_plan(plan: LaunchPlan) -> HealthResult:
     """Connect, probe and close, all within the server's health-check timeout."""
-    start = time.perf_counter()
     timeout = float(plan.health_check_timeout_seconds)
     try:
+        # Preparing a sandboxed server's image (built once, then reused) is not the server's
+        # latency: it happens before the clock starts.
+        target = await target_for(plan)
+    except McpFailure as failure:
+        return HealthResult(plan.server_id, ok=False, error=failure.describe())
+    start = time.perf_counter()
+    try:
         with anyio.fail_after(timeout + 1):
-            target = target_for(plan)
             async with connect(target, deadlines=health_deadlines(plan)) as connection:
                 await probe(connection, plan)
     except McpFailure as failure:

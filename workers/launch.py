@@ -3,7 +3,8 @@
 Local stdio processes are wrapped so they cannot outlive the worker that started them: the
 kernel kills them when the worker dies (`setpriv --pdeathsig KILL`, from util-linux), and each
 carries TOOLROOM_PROCESS_OWNER in its environment so the janitor can find what a killed worker
-left behind. A server whose policy says it must be sandboxed is never run as a local process.
+left behind. A server whose policy says it must be sandboxed runs only in a container
+(workers/sandboxing.py), never as a local process.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from functools import cache
 
 from registry.servers.launch import LaunchPlan
 from workers.adapters.mcp_client import Deadlines, HttpTarget, McpFailure, StdioTarget, Target
+from workers.sandboxing import sandbox_target
 
 OWNER_ENV = "TOOLROOM_PROCESS_OWNER"
 
@@ -29,16 +31,8 @@ def process_owner_tag() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class SandboxUnavailableError(McpFailure):
-    def __init__(self, plan: LaunchPlan) -> None:
-        super().__init__(
-            "spawn",
-            f"{plan.name} must run in a sandboxed container (its trust tier or policy says so), "
-            "and this worker has no sandbox available; it is not run as a local process.",
-        )
-
-
-def target_for(plan: LaunchPlan) -> Target:
+async def target_for(plan: LaunchPlan) -> Target:
+    """How to reach the server: its URL, a sandboxed container, or a local process."""
     if plan.transport in ("streamable_http", "sse"):
         return HttpTarget(
             url=plan.url,
@@ -47,7 +41,7 @@ def target_for(plan: LaunchPlan) -> Target:
             allowed_networks=plan.allowed_networks,
         )
     if plan.sandboxed:
-        raise SandboxUnavailableError(plan)
+        return await sandbox_target(plan)
     argv = list(plan.argv)
     if not argv:
         raise McpFailure("spawn", f"{plan.name} has no command to run.")

@@ -16,6 +16,7 @@ from registry.core import task_queue
 from registry.servers.runtime import runtime_forget_owner
 from workers.janitor import kill_orphans
 from workers.runtime import start_manager, stop_manager
+from workers.sandboxing import clean_up_orphans
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,9 @@ def _pool_name(consumer: Any) -> str:
 @worker_ready.connect
 def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
     kill_orphans()
+    removed = clean_up_orphans()
+    if removed:
+        logger.warning("removed what dead workers left on the Docker engine: %s", removed)
     if task_queue.RUNTIME_QUEUE not in _consumed_queues(sender):
         return
     pool = _pool_name(sender)

@@ -163,7 +163,7 @@ class WarmRuntime:
             connect=60.0, call=float(max(30, self.plan.health_check_timeout_seconds))
         )
         try:
-            target = target_for(self.plan)
+            target = await target_for(self.plan)
             async with connect(target, deadlines=deadlines) as connection:
                 await self._report(RuntimeState.RUNNING, stderr=connection.stderr_tail())
                 self.ready.set()
@@ -296,7 +296,7 @@ class RuntimeManager:
         if self.holds(server_id):
             return "running"
         server = await _db(McpServer.objects.filter(pk=server_id).first)
-        if server is None or not server.auto_start:
+        if server is None or not server.auto_start or server.review_status != "approved":
             return "not wanted"
         if not await _db(runtime_claim, server_id=server_id, owner=self.owner):
             return "held elsewhere"

@@ -147,6 +147,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = [
         "review_status",
         "trust_tier",
+        "isolation",
         "transport",
         HealthFilter,
         "category",
@@ -542,7 +543,9 @@ def _launch_summary(server: McpServer) -> dict[str, Any]:
         ),
         "image": server.image,
         "isolation": server.get_isolation_display(),
+        "sandboxed": server.isolation == "sandbox" and server.transport == "stdio",
         "network": server.get_network_mode_display(),
+        "egress_allowlist": list(server.egress_allowlist or []),
         "limits": f"{server.effective_memory_limit_mb} MB, {server.effective_cpu_limit} CPU, "
         f"{server.effective_pids_limit} processes",
     }

@@ -354,6 +354,10 @@ class ServerStatus(models.Model):
     )
     runtime_error = models.TextField(blank=True)
     stderr_tail = models.TextField(blank=True, help_text="The server's last stderr lines.")
+    sandbox_image = models.CharField(
+        max_length=500, blank=True, help_text="The image the sandboxed server last ran from."
+    )
+    sandbox_image_digest = models.CharField(max_length=100, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -80,6 +80,15 @@ def runtime_request(*, server: McpServer, action: RuntimeAction, actor: Actor) -
         )
 
 
+def runtime_restart_if_held(*, server: McpServer) -> bool:
+    """Ask the worker holding the server warm (if any) for a new session, after commit."""
+    status = ServerStatus.objects.filter(server=server).first()
+    owner = runtime_live_owner(status) if status is not None else ""
+    if owner:
+        task_queue.enqueue(task_queue.RUNTIME_COMMAND, args=[server.pk, "restart"], worker=owner)
+    return bool(owner)
+
+
 def runtime_claim(*, server_id: int, owner: str) -> bool:
     """Take the server's runtime if nobody live holds it (or we already do)."""
     now = timezone.now()
@@ -151,6 +160,26 @@ def runtime_heartbeat(*, owner: str, server_ids: list[int]) -> list[int]:
         )
     )
     return [pk for pk in server_ids if pk not in held]
+
+
+def server_sandbox_image_record(*, server_id: int, reference: str, digest: str) -> None:
+    """Record the image (and its digest) a sandboxed server last ran from; audit a change."""
+    status = ServerStatus.objects.filter(server_id=server_id).first()
+    if status is None or (status.sandbox_image, status.sandbox_image_digest) == (reference, digest):
+        return
+    ServerStatus.objects.filter(server_id=server_id).update(
+        sandbox_image=reference[:500], sandbox_image_digest=digest[:100]
+    )
+    server = McpServer.objects.get(pk=server_id)
+    audit_record(
+        actor="worker:sandbox",
+        action="server.sandbox_image_changed",
+        target=server,
+        server=server,
+        summary=f"{server.name} now runs from {reference} ({digest[:19]}).",
+        before={"image": status.sandbox_image, "digest": status.sandbox_image_digest},
+        after={"image": reference, "digest": digest},
+    )
 
 
 def runtime_forget_owner(*, owner: str) -> int:

@@ -30,10 +30,13 @@ from registry.servers.models import (
 )
 from registry.servers.policy import (
     NETWORK_STRICTNESS,
+    NetworkMode,
+    allowed_network_modes,
     is_sensitivity_decrease,
     is_trust_increase,
     tier_policy,
 )
+from registry.servers.runtime import runtime_restart_if_held
 from registry.servers.signals import announce_visibility_change
 
 # Fields an admin (or an import) may set on a server. Review status, runtime state and tools are
@@ -91,6 +94,19 @@ LAUNCH_FIELDS = frozenset(
     }
 )
 REVIEWED_STATUSES = (ReviewStatus.APPROVED, ReviewStatus.SUSPENDED)
+# What a running server's process or container is made from: changing it restarts a warm runtime.
+RUNTIME_FIELDS = LAUNCH_FIELDS | frozenset(
+    {
+        "env",
+        "headers",
+        "isolation",
+        "network_mode",
+        "egress_allowlist",
+        "memory_limit_mb",
+        "cpu_limit",
+        "pids_limit",
+    }
+)
 
 
 def _field_value(server: McpServer, name: str) -> Any:
@@ -180,12 +196,15 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
     original = McpServer.objects.select_related("category").get(pk=server.pk)
     for name, value in changes.items():
         setattr(locked, name, value)
+    tightened = _ratchet_network_to_sensitivity(locked, changes)
     try:
         locked.full_clean()
     except ValidationError as exc:
         raise _as_validation_application_error(exc) from exc
 
-    changed = {name for name in changes if _raw(original, name) != _raw(locked, name)}
+    changed = {
+        name for name in {*changes, *tightened} if _raw(original, name) != _raw(locked, name)
+    }
     if not changed:
         return locked
     update_fields = set(changed)
@@ -201,12 +220,22 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
     locked.save(update_fields=[*update_fields, "updated_at", "isolation"])
     if changed & LAUNCH_FIELDS:
         _discover_after_change(locked, actor=actor, trigger="launch changed")
+    if changed & RUNTIME_FIELDS:
+        # A warm runtime runs the old spec: a new session (a new container, in the stricter
+        # network mode where that is what changed) takes its place.
+        runtime_restart_if_held(server=locked)
     audit_record(
         actor=actor,
         action="server.updated",
         target=locked,
         server=locked,
         summary=f"Changed {', '.join(sorted(changed))} of {locked.name}."
+        + (
+            f" Its network was tightened to {locked.network_mode} for "
+            f"{locked.get_data_sensitivity_display().lower()} data."
+            if tightened
+            else ""
+        )
         + (f" It goes back to review ({', '.join(loosened)} loosened)." if loosened else ""),
         before=_snapshot(original, sorted(changed)),
         after=_snapshot(locked, sorted(changed)),
@@ -224,6 +253,26 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
             after={"review_status": locked.review_status},
         )
     return locked
+
+
+def _ratchet_network_to_sensitivity(
+    server: McpServer, changes: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Raising the data sensitivity tightens the network at once, without a new review: the
+    network mode drops to the loosest one the new sensitivity allows (secret: none,
+    confidential: proxied at most). An edit that sets the network mode itself is validated as
+    it is."""
+    if "data_sensitivity" not in changes or "network_mode" in changes:
+        return {}
+    allowed = allowed_network_modes(server.trust_tier, server.data_sensitivity)
+    if not allowed or server.network_mode in allowed:
+        return {}
+    tightened: dict[str, Any] = {"network_mode": allowed[-1]}
+    if allowed[-1] != NetworkMode.PROXIED:
+        tightened["egress_allowlist"] = []
+    for name, value in tightened.items():
+        setattr(server, name, value)
+    return tightened
 
 
 def _discover_after_change(server: McpServer, *, actor: Actor, trigger: str) -> None:

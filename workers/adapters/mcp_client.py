@@ -36,6 +36,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from registry.core.netguard import UnsafeUrlError, check_resolved_address
+from workers.adapters.sandbox.errors import SandboxError
 
 CLIENT_INFO = types.Implementation(name="toolroom", version="0.1.0")
 
@@ -353,6 +354,11 @@ def _as_failure(exc: BaseException, *, doing: str, stderr_tail: str = "") -> Mcp
         inner = [e for e in exc.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())]
         if inner:
             return _as_failure(inner[0], doing=doing, stderr_tail=stderr_tail)
+    if isinstance(exc, SandboxError):
+        # A sandboxed server's container could not start, or ended (OOM kill, exit): the message
+        # (and the container's fate) says which.
+        kind: FailureKind = "closed" if exc.fate is not None else "spawn"
+        return McpFailure(kind, exc.message, stderr_tail=stderr_tail or _fate_tail(exc))
     if isinstance(exc, FileNotFoundError):
         return McpFailure(
             "spawn", f"The command was not found: {exc.filename or exc}.", stderr_tail=stderr_tail
@@ -375,7 +381,7 @@ def _as_failure(exc: BaseException, *, doing: str, stderr_tail: str = "") -> Mcp
         )
     if isinstance(exc, httpx2.ConnectError | httpcore2.ConnectError):
         text = str(exc)
-        kind: FailureKind = "refused" if "TOOLROOM_ALLOWED_NETWORKS" in text else "connect"
+        kind = "refused" if "TOOLROOM_ALLOWED_NETWORKS" in text else "connect"
         return McpFailure(kind, f"Could not connect while {doing}: {text}", stderr_tail=stderr_tail)
     if isinstance(exc, httpx2.HTTPStatusError):
         return McpFailure(
@@ -407,6 +413,10 @@ def _as_failure(exc: BaseException, *, doing: str, stderr_tail: str = "") -> Mcp
     return McpFailure(
         "protocol", f"{type(exc).__name__} while {doing}: {exc}", stderr_tail=stderr_tail
     )
+
+
+def _fate_tail(exc: SandboxError) -> str:
+    return "\n".join(exc.fate.stderr_tail) if exc.fate is not None else ""
 
 
 def _open_transport(

@@ -1,0 +1,175 @@
+"""From a server's launch plan to a session in a hardened container (the sandbox adapter).
+
+Which image: the server's own image reference (it must already be on the engine, since no
+registry can be assumed reachable), else an image built from its pinned package (PyPI or npm,
+from files fetched on this host; an existing image with the same inputs is reused), else the
+base image running the server's command. The image's digest is recorded on the server, so the
+admin sees exactly what ran. Limits and the network mode come from the plan, which the registry
+has already checked against the trust tier and the data sensitivity.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+from django.conf import settings
+from django.db import close_old_connections
+
+from registry.servers.launch import LaunchPlan
+from registry.servers.runtime import server_sandbox_image_record
+from workers.adapters.mcp_client import McpFailure, TransportTarget
+from workers.adapters.sandbox import (
+    BASE_IMAGE,
+    NODE_BASE_IMAGE,
+    ContainerSpec,
+    ImageRef,
+    SandboxError,
+    SandboxSpecError,
+    build_package_image,
+    connect_engine,
+    image_digest,
+    remove_orphans,
+    sandbox_transport,
+)
+
+# Package runners whose arguments up to the package name launch the package on a host; in the
+# sandbox the image already holds the package, so only the arguments after it are kept.
+_RUNNERS = frozenset({"uvx", "npx", "pipx", "bunx"})
+_NODE_PROGRAMS = frozenset({"node", "npx", "npm"})
+
+
+def sandbox_owner() -> str:
+    """The owner label of this worker's containers (the janitor's key)."""
+    return str(settings.TOOLROOM_SANDBOX_OWNER or socket.gethostname())
+
+
+def clean_up_orphans() -> list[str]:
+    """Remove containers and networks a dead worker of this owner left; [] without an engine."""
+    try:
+        return remove_orphans(owner_label_value=sandbox_owner())
+    except SandboxError:
+        return []
+
+
+def _package_arguments(argv: Sequence[str], identifier: str) -> list[str] | None:
+    """The server's own arguments in a host launch command, or None if argv is not one."""
+    if not argv or os.path.basename(argv[0]) not in _RUNNERS:
+        return None
+    for index, arg in enumerate(argv[1:], start=1):
+        if arg.startswith(identifier):
+            return list(argv[index + 1 :])
+    return None
+
+
+def _program_of(image: ImageRef, identifier: str) -> str | None:
+    named = [c for c in image.commands if c.lower() == identifier.rsplit("/", 1)[-1].lower()]
+    if named:
+        return named[0]
+    return image.commands[0] if len(image.commands) == 1 else None
+
+
+def _resolve(plan: LaunchPlan) -> tuple[ImageRef, list[str]]:
+    """The image to run and the command inside it (blocking: builds may take minutes)."""
+    engine = connect_engine()
+    try:
+        if plan.image:
+            digest = image_digest(engine, plan.image)
+            if digest is None:
+                raise McpFailure(
+                    "spawn",
+                    f"The image {plan.image} is not on the Docker engine and no registry can be "
+                    "assumed reachable: build or load it there first.",
+                )
+            argv = list(plan.argv)
+            if argv[:2] == ["docker", "run"] and plan.image in argv:
+                argv = argv[argv.index(plan.image) + 1 :]  # an OCI package's own arguments
+            return ImageRef(reference=plan.image, digest=digest, commands=(), built=False), argv
+        if plan.package_registry in ("pypi", "npm"):
+            image = build_package_image(
+                plan.package_registry,  # type: ignore[arg-type]
+                plan.package_identifier,
+                plan.package_version,
+                engine=engine,
+            )
+            arguments = _package_arguments(plan.argv, plan.package_identifier)
+            if arguments is None:
+                return image, list(plan.argv)  # the command names the package's program
+            program = _program_of(image, plan.package_identifier)
+            if program is None:
+                if not arguments:
+                    return image, []  # the image's own default command
+                raise McpFailure(
+                    "spawn",
+                    f"{plan.package_identifier} installs several programs "
+                    f"({', '.join(image.commands)}); set the command to the one to run.",
+                )
+            return image, [program, *arguments]
+        base = NODE_BASE_IMAGE if plan.argv and plan.argv[0] in _NODE_PROGRAMS else BASE_IMAGE
+        digest = image_digest(engine, base)
+        if digest is None:
+            raise McpFailure(
+                "spawn",
+                f"The sandbox base image {base} is missing: run `python manage.py sandbox "
+                "build-base`" + (" --node" if base == NODE_BASE_IMAGE else "") + ".",
+            )
+        return ImageRef(reference=base, digest=digest, commands=(), built=False), list(plan.argv)
+    finally:
+        engine.close()
+
+
+def _record_image(plan: LaunchPlan, image: ImageRef) -> None:
+    try:
+        server_sandbox_image_record(
+            server_id=plan.server_id, reference=image.reference, digest=image.digest
+        )
+    finally:
+        close_old_connections()
+
+
+async def sandbox_target(plan: LaunchPlan) -> TransportTarget:
+    """A target whose transport runs the server in a fresh hardened container."""
+    try:
+        image, argv = await anyio.to_thread.run_sync(functools.partial(_resolve, plan))
+    except SandboxError as exc:
+        raise McpFailure("spawn", f"The sandbox could not prepare {plan.name}: {exc}") from exc
+    await anyio.to_thread.run_sync(functools.partial(_record_image, plan, image))
+    try:
+        spec = ContainerSpec(
+            server_key=plan.slug,
+            image=image.reference,
+            argv=tuple(argv),
+            env=dict(plan.env),
+            working_dir=plan.working_directory,
+            memory_mb=plan.memory_limit_mb,
+            # Docker refuses more CPUs than the engine's host has.
+            cpus=min(float(plan.cpu_limit), float(os.cpu_count() or 1)),
+            pids_limit=plan.pids_limit,
+            network_mode=plan.network_mode,  # type: ignore[arg-type]
+            egress_allowlist=tuple(plan.egress_allowlist),
+            owner=sandbox_owner(),
+            runtime_id=f"server-{plan.server_id}",
+        )
+    except SandboxSpecError as exc:
+        raise McpFailure("spawn", f"The sandbox refuses {plan.name}'s launch spec: {exc}") from exc
+    holder: dict[str, Any] = {}
+
+    def open_transport() -> Any:
+        transport = sandbox_transport(spec)
+        holder["transport"] = transport
+        return transport
+
+    def stderr_tail() -> str:
+        transport = holder.get("transport")
+        return "\n".join(transport.stderr_tail()) if transport is not None else ""
+
+    return TransportTarget(
+        open_transport=open_transport,
+        description=f"{plan.name} in a sandboxed container ({image.reference}, network "
+        f"{plan.network_mode})",
+        stderr_tail=stderr_tail,
+    )
