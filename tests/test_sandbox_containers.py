@@ -111,7 +111,7 @@ def bridge_listener(bridge_address) -> Iterator[Listener]:
 
 class Greeting(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        body = f"hello from {self.server.server_address[1]}".encode()  # type: ignore[index]
+        body = f"hello from {self.server.server_address[1]}".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

@@ -89,8 +89,9 @@ def test_an_untrusted_package_is_discovered_in_a_sandbox_then_can_be_approved(im
 
 @pytest.mark.django_db
 def test_a_sandboxed_server_is_health_checked_in_a_fresh_container(images):
-    server = _time_server(review_status="approved", health_check_timeout_seconds=20,
-                          health_check_interval_seconds=60)
+    server = _time_server(
+        review_status="approved", health_check_timeout_seconds=20, health_check_interval_seconds=60
+    )
     [result] = _check(server)
     assert result.ok, result.error
 
@@ -105,10 +106,15 @@ def _check(*servers):
 @pytest.mark.django_db
 def test_an_oom_kill_is_recorded_as_a_clear_error_on_the_server(images):
     server = _hostile_server(
-        images, review_status="approved", memory_limit_mb=64,
-        health_check_method="tool_call", health_check_tool="hog",
-        health_check_arguments={"megabytes": 512}, health_check_timeout_seconds=30,
-        health_check_interval_seconds=60, health_failure_threshold=1,
+        images,
+        review_status="approved",
+        memory_limit_mb=64,
+        health_check_method="tool_call",
+        health_check_tool="hog",
+        health_check_arguments={"megabytes": 512},
+        health_check_timeout_seconds=30,
+        health_check_interval_seconds=60,
+        health_failure_threshold=1,
     )
 
     results = _check(server)
@@ -151,12 +157,16 @@ def test_a_warm_sandboxed_runtime_holds_one_container_and_removes_it_on_stop(ima
 @pytest.mark.django_db
 def test_raising_the_sensitivity_tightens_the_network_without_a_review(alice):
     server = _sandboxed(
-        trust_tier=TrustTier.COMMUNITY, review_status="approved", network_mode="proxied",
-        egress_allowlist=["api.example.com:443"], data_sensitivity="internal",
+        trust_tier=TrustTier.COMMUNITY,
+        review_status="approved",
+        network_mode="proxied",
+        egress_allowlist=["api.example.com:443"],
+        data_sensitivity="internal",
     )
 
-    updated = services.server_update(actor=alice, server=server,
-                                     changes={"data_sensitivity": "secret"})
+    updated = services.server_update(
+        actor=alice, server=server, changes={"data_sensitivity": "secret"}
+    )
 
     assert (updated.network_mode, updated.egress_allowlist) == ("none", [])
     assert updated.review_status == "approved"
@@ -166,18 +176,25 @@ def test_raising_the_sensitivity_tightens_the_network_without_a_review(alice):
 
 @pytest.mark.django_db
 def test_lowering_the_sensitivity_sends_the_server_back_to_review(alice):
-    server = _sandboxed(trust_tier=TrustTier.COMMUNITY, review_status="approved",
-                        data_sensitivity="secret")
-    updated = services.server_update(actor=alice, server=server,
-                                     changes={"data_sensitivity": "public"})
+    server = _sandboxed(
+        trust_tier=TrustTier.COMMUNITY, review_status="approved", data_sensitivity="secret"
+    )
+    updated = services.server_update(
+        actor=alice, server=server, changes={"data_sensitivity": "public"}
+    )
     assert updated.review_status == "pending_review"
 
 
 @pytest.mark.django_db
 def test_a_confidential_server_may_keep_the_proxy_but_not_the_bridge(alice):
-    server = _sandboxed(trust_tier=TrustTier.VERIFIED, review_status="approved",
-                        network_mode="bridge", data_sensitivity="internal")
-    updated = services.server_update(actor=alice, server=server,
-                                     changes={"data_sensitivity": "confidential"})
+    server = _sandboxed(
+        trust_tier=TrustTier.VERIFIED,
+        review_status="approved",
+        network_mode="bridge",
+        data_sensitivity="internal",
+    )
+    updated = services.server_update(
+        actor=alice, server=server, changes={"data_sensitivity": "confidential"}
+    )
     assert updated.network_mode == "proxied"
     assert updated.review_status == "approved"
