@@ -162,6 +162,8 @@ def test_services_wait_for_healthy_dependencies_and_migrations(compose):
 
 def test_no_secret_is_a_plain_environment_value(compose):
     for name, service in compose["services"].items():
+        if name == "docker-socket-proxy":
+            continue  # its SECRETS: 0 switches the engine's secrets API off; it holds no secret
         environment = service.get("environment") or {}
         assert isinstance(environment, dict), f"{name}: use the mapping form"
         for key, value in environment.items():
@@ -183,12 +185,35 @@ def test_every_secret_comes_from_deploy_secrets(compose):
         assert secret["file"] == f"./deploy/secrets/{name}"
 
 
+# Read by libraries rather than by the settings: the docker SDK reads DOCKER_HOST.
+READ_BY_LIBRARIES = {"DOCKER_HOST"}
+
+
 def test_the_settings_read_every_variable_the_stack_sets(compose):
     settings_source = (ROOT / "registry" / "settings.py").read_text()
     for name in TOOLROOM_SERVICES:
         for key in compose["services"][name]["environment"]:
             variable = key.removesuffix("_FILE")
+            if variable in READ_BY_LIBRARIES:
+                continue
             assert f'"{variable}"' in settings_source, f"{name}: settings never read {variable}"
+
+
+def test_only_the_workers_reach_the_docker_engine_and_only_through_the_proxy(compose):
+    services = compose["services"]
+    mounting_the_socket = [
+        name
+        for name, service in services.items()
+        if any("docker.sock" in str(volume) for volume in service.get("volumes", []))
+    ]
+    assert mounting_the_socket == ["docker-socket-proxy"]
+    assert services["docker-socket-proxy"]["environment"]["EXEC"] == 0
+    assert compose["networks"]["engine"]["internal"] is True
+    for name in ("worker", "runtime"):
+        assert services[name]["environment"]["DOCKER_HOST"] == "tcp://docker-socket-proxy:2375"
+        assert "engine" in services[name]["networks"]
+    for name in ("web", "beat", "migrate", "postgres", "redis"):
+        assert "engine" not in services[name].get("networks", []), name
 
 
 def test_secrets_stay_out_of_git_and_out_of_the_image():
