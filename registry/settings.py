@@ -99,11 +99,14 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "guardian",
     "django_celery_beat",
     "registry.core",
     "registry.audit",
     "registry.servers",
+    "registry.teams",
+    "registry.catalogue",
 ]
 
 MIDDLEWARE = [
@@ -246,16 +249,27 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Agents: `Authorization: Bearer trm_...`; people: the admin's session.
+        "registry.api.authentication.AgentTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "registry.core.api_errors.api_exception_handler",
+    # `?format=` names the catalogue's output format, not a DRF renderer.
+    "URL_FORMAT_OVERRIDE": None,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Toolroom API",
     "DESCRIPTION": "Team registry and gateway for MCP servers.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # The Swagger UI comes from drf-spectacular-sidecar's static files: no CDN needed.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Logging -----------------------------------------------------------------------------------
@@ -279,3 +293,19 @@ TOOLROOM_ALLOWED_NETWORKS: list[str] = env.list(
 )
 # Largest import file (mcp.json, server.json, YAML) accepted, in bytes.
 TOOLROOM_IMPORT_MAX_BYTES: int = env.int("TOOLROOM_IMPORT_MAX_BYTES", default=1024 * 1024)
+
+# --- Catalogue ---------------------------------------------------------------------------------
+
+# Where agents and clients reach Toolroom (the gateway's MCP endpoint is `<this>/mcp/`); empty:
+# the host of each request.
+TOOLROOM_PUBLIC_URL: str = env.str(
+    "TOOLROOM_PUBLIC_URL", default="" if IS_PRODUCTION else "http://127.0.0.1:8000"
+).rstrip("/")
+# The reverse-DNS namespace of server names in `/v0.1/servers`; empty: from TOOLROOM_PUBLIC_URL.
+TOOLROOM_REGISTRY_NAMESPACE: str = env.str("TOOLROOM_REGISTRY_NAMESPACE", default="")
+# Leave unhealthy servers' tools out of catalogues instead of flagging them.
+TOOLROOM_CATALOGUE_HIDE_UNHEALTHY: bool = env.bool(
+    "TOOLROOM_CATALOGUE_HIDE_UNHEALTHY", default=False
+)
+# How long a rendered catalogue stays in the cache (keyed by version); 0 turns that cache off.
+TOOLROOM_CATALOGUE_CACHE_SECONDS: int = env.int("TOOLROOM_CATALOGUE_CACHE_SECONDS", default=3600)
