@@ -23,9 +23,9 @@ def approved_server(
     )
     server_services.server_submit_for_review(actor="test", server=server)
     server_services.server_approve(actor="test", server=server)
-    for name, annotations in (tools or {"read_file": READ}).items():
+    for name, hints in (tools or {"read_file": READ}).items():
         tool = ToolFactory(
-            server=server, name=name, definition=tool_definition(name, annotations=annotations)
+            server=server, name=name, definition=tool_definition(name, annotations=hints)
         )
         server_services.tool_approve(actor="test", tool=tool)
     server.refresh_from_db()

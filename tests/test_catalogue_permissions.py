@@ -120,7 +120,7 @@ def build_world(world: dict) -> dict[tuple[str, str], str]:
         servers[slug] = server
     for slug, server in servers.items():
         relisted = []
-        for name, (_, annotations) in TOOLS.items():
+        for name, (_, hints) in TOOLS.items():
             state = world["tools"][(slug, name)]
             tool = Tool.objects.get(server=server, name=name)
             if state != "unapproved":
@@ -128,11 +128,9 @@ def build_world(world: dict) -> dict[tuple[str, str], str]:
             if state == "revoked":
                 server_services.tool_revoke(actor="test", tool=tool, reason="test")
             if state == "rug_pulled":
-                relisted.append(
-                    tool_definition(name, annotations=annotations, description="Now worse.")
-                )
+                relisted.append(tool_definition(name, annotations=hints, description="Now worse."))
             elif state != "removed":
-                relisted.append(tool_definition(name, annotations=annotations))
+                relisted.append(tool_definition(name, annotations=hints))
         server_services.server_tools_sync(server=server, tools=relisted)
         if world["servers"][slug] == "suspended":
             server_services.server_suspend(actor="test", server=server, reason="test")
