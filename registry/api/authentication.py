@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
@@ -66,3 +67,18 @@ class AgentTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Any) -> str:
         return f'{self.keyword} realm="toolroom"'
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """Describes agent tokens in the OpenAPI schema as HTTP bearer authentication."""
+
+    target_class = "registry.api.authentication.AgentTokenAuthentication"
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "trm_<prefix>_<secret>",
+            "description": "An agent token of one team and role.",
+        }

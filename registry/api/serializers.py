@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from registry.catalogue.formats import CLIENT_CONFIGS, TOOL_FORMATS
@@ -171,6 +173,7 @@ class AccessRequestSerializer(serializers.ModelSerializer):  # type: ignore[type
         return access_request_waiting_for(request)
 
 
+@extend_schema_field(OpenApiTypes.STR)
 class _CallerTeamField(serializers.SlugRelatedField):  # type: ignore[type-arg]
     """A team slug, resolved only among the caller's teams."""
 
