@@ -73,7 +73,7 @@ def test_no_request_gets_a_server_error(api_schema, credentials):
                 case.headers = {**drawn_headers, **headers}
                 case.cookies = {**drawn_cookies, **cookies}
                 response = case.call()
-                SEEN[(operation.method, operation.path)].add(response.status_code)
+                SEEN[(case.operation.method, case.operation.path)].add(response.status_code)
                 case.validate_response(response, checks=[not_a_server_error])
                 content_type = response.headers.get("Content-Type", [""])[0]
                 if response.status_code >= 400 and content_type.startswith("application/json"):
