@@ -112,10 +112,15 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
         """Memberships and roles change through the services, one row at a time."""
+        # The admin's change message reads these; nothing is saved by the formset itself.
+        formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
         if getattr(request, "_toolroom_save_failed", False):
             return
         team: Team = form.instance
-        for deleted in formset.deleted_objects:
+        for deleted_form in formset.deleted_forms:
+            deleted: Any = deleted_form.instance
+            if deleted._state.adding:
+                continue
             if isinstance(deleted, Membership):
                 _try(
                     request,
