@@ -38,7 +38,9 @@ def test_the_team_page_shows_members_grants_agents_and_requests(client, alice, t
 
     assert page.status_code == 200
     content = page.content.decode()
-    assert "charlie" in content and "files" in content and "ci-bot" in content
+    assert "charlie" in content
+    assert "files" in content
+    assert "ci-bot" in content
     assert "other" in content  # the pending request
     assert listing.status_code == 200
 
