@@ -436,3 +436,13 @@ def test_the_catalogue_query_count_is_the_same_for_10_and_1000_servers(
     assert counts[1000][1] == 3030
     assert counts[10][0] == counts[1000][0]
     assert counts[10][0] <= 3  # the role, the team's grants, the tools with their servers
+
+
+def test_a_renamed_server_is_renamed_in_the_very_next_response(api_client, committed, setup):
+    _, server, token = setup
+    assert "files__read_file" in _names(_get(api_client, token))
+
+    with committed():
+        server_services.server_update(actor="test", server=server, changes={"slug": "documents"})
+
+    assert "documents__read_file" in _names(_get(api_client, token))

@@ -94,6 +94,10 @@ LAUNCH_FIELDS = frozenset(
     }
 )
 REVIEWED_STATUSES = (ReviewStatus.APPROVED, ReviewStatus.SUSPENDED)
+# What agents see of a server in their catalogue (the slug is part of every tool's name).
+CATALOGUE_FIELDS = frozenset(
+    {"slug", "name", "description", "category", "version", "homepage_url", "repository_url"}
+)
 
 
 def _field_value(server: McpServer, name: str) -> Any:
@@ -207,6 +211,8 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
         after=_snapshot(locked, sorted(changed)),
         details={"back_to_review": loosened} if loosened else {},
     )
+    if changed & CATALOGUE_FIELDS and not loosened:
+        announce_visibility_change(server_ids=[locked.pk], reason="server.updated")
     if loosened:
         announce_visibility_change(server_ids=[locked.pk], reason="server.sent_back_to_review")
         audit_record(
