@@ -261,8 +261,9 @@ def grant_create(
     if tool is not None and tool.removed_at is not None:
         raise ApplicationError(f"{tool} is no longer offered by its server.", field="tool")
     existing: Grant | None = (
-        Grant.objects.select_for_update()
+        Grant.objects.select_for_update(of=("self",))
         .filter(team=team, server=server, tool=tool, role=role, revoked_at__isnull=True)
+        .order_by("pk")
         .first()
     )
     if existing is not None:
@@ -322,7 +323,7 @@ def grant_create(
 @transaction.atomic
 def grant_revoke(*, actor: Actor, grant: Grant, reason: str = "") -> Grant:
     locked: Grant = (
-        Grant.objects.select_for_update()
+        Grant.objects.select_for_update(of=("self",))
         .select_related("team", "server", "tool", "role")
         .get(pk=grant.pk)
     )
@@ -431,7 +432,7 @@ def access_request_create(
 
 def _locked_pending(request: AccessRequest) -> AccessRequest:
     locked: AccessRequest = (
-        AccessRequest.objects.select_for_update()
+        AccessRequest.objects.select_for_update(of=("self",))
         .select_related("team", "server", "tool", "role")
         .get(pk=request.pk)
     )
