@@ -177,7 +177,11 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
         raise ApplicationError(
             f"These server fields cannot be edited: {', '.join(sorted(unknown))}."
         )
-    locked = McpServer.objects.select_for_update().select_related("category").get(pk=server.pk)
+    locked = (
+        McpServer.objects.select_for_update(of=("self",))
+        .select_related("category")
+        .get(pk=server.pk)
+    )
     original = McpServer.objects.select_related("category").get(pk=server.pk)
     for name, value in changes.items():
         setattr(locked, name, value)
