@@ -8,7 +8,9 @@ import collections
 
 import pytest
 import schemathesis
+from django.core import signals
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
@@ -23,7 +25,13 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("redis_cache")]
 
 @pytest.fixture
 def api_schema(db, redis_cache):
-    return schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application())
+    # As Django's test client does: the test's transaction must outlive each request, so the
+    # per-request connection clean-up (which closes a connection inside a transaction) is off.
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    yield schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application())
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
 
 
 @pytest.fixture
