@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 
+from registry.catalogue.cache import hot_cache
 from registry.catalogue.versions import CatalogueState
 from registry.teams.tokens import AgentIdentity
 
@@ -56,10 +56,10 @@ def catalogue_document(*, etag: str, build: Callable[[], Any]) -> CatalogueDocum
     ttl = settings.TOOLROOM_CATALOGUE_CACHE_SECONDS
     key = f"catalogue-doc:{etag.strip(chr(34))}"
     if ttl > 0:
-        body = cache.get(key)
+        body = hot_cache().get(key)
         if body is not None:
             return CatalogueDocument(etag=etag, body=body, from_cache=True)
     body = json.dumps(build(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     if ttl > 0:
-        cache.set(key, body, ttl)
+        hot_cache().set(key, body, ttl)
     return CatalogueDocument(etag=etag, body=body, from_cache=False)

@@ -19,12 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
 from django.db import transaction
 from django.db.models import F, Min
 from django.utils import timezone
 
+from registry.catalogue.cache import hot_cache
 from registry.teams.models import AgentToken, Grant, Team
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def _key(team_id: int) -> str:
 
 
 def _backend() -> Any:
-    return caches["default"]
+    return hot_cache()
 
 
 def _state_get(team_id: int) -> CatalogueState | None:

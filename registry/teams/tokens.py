@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.core.cache import cache
 from django.db import transaction
+
+from registry.catalogue.cache import hot_cache
 
 TOKEN_PREFIX = "trm"  # noqa: S105 (the public marker)
 PREFIX_HEX_CHARS = 12
@@ -129,12 +130,12 @@ def token_authenticate(plain: str) -> AgentIdentity:
     if prefix is None:
         raise TokenRejected("malformed")
     key = _lookup_key(prefix)
-    entry = cache.get(key)
+    entry = hot_cache().get(key)
     if entry is None:
         entry = _entry_from_db(prefix)
         if entry is None:
             raise TokenRejected("unknown prefix")
-        cache.set(key, entry, LOOKUP_CACHE_SECONDS)
+        hot_cache().set(key, entry, LOOKUP_CACHE_SECONDS)
     if not hmac.compare_digest(entry["hash"], token_hash(plain)):
         raise TokenRejected("wrong secret")
     if entry["revoked"]:
@@ -153,7 +154,7 @@ def token_authenticate(plain: str) -> AgentIdentity:
 
 def token_lookup_evict_on_commit(prefix: str) -> None:
     """Drop the cached lookup once the revocation (or change) is committed."""
-    transaction.on_commit(lambda: cache.delete(_lookup_key(prefix)))
+    transaction.on_commit(lambda: hot_cache().delete(_lookup_key(prefix)))
 
 
 def token_mark_used(identity: AgentIdentity, *, may_write_database: bool) -> None:
@@ -163,8 +164,10 @@ def token_mark_used(identity: AgentIdentity, *, may_write_database: bool) -> Non
     when the caller says a database write is fine (requests that already read the database).
     """
     now = time.time()
-    cache.set(_last_used_key(identity.token_id), now, None)
-    if may_write_database and cache.add(_flush_key(identity.token_id), 1, LAST_USED_FLUSH_SECONDS):
+    hot_cache().set(_last_used_key(identity.token_id), now, None)
+    if may_write_database and hot_cache().add(
+        _flush_key(identity.token_id), 1, LAST_USED_FLUSH_SECONDS
+    ):
         from registry.teams.models import AgentToken  # noqa: PLC0415
 
         AgentToken.objects.filter(pk=identity.token_id).update(
@@ -174,7 +177,7 @@ def token_mark_used(identity: AgentIdentity, *, may_write_database: bool) -> Non
 
 def tokens_last_used(token_ids: list[int]) -> dict[int, datetime]:
     """The freshest last-used moments the cache knows, by token id."""
-    found = cache.get_many([_last_used_key(token_id) for token_id in token_ids])
+    found = hot_cache().get_many([_last_used_key(token_id) for token_id in token_ids])
     return {
         token_id: datetime.fromtimestamp(found[_last_used_key(token_id)], tz=UTC)
         for token_id in token_ids
