@@ -87,6 +87,9 @@ def redis_cache(settings):
         client.ping()
     except redis.ConnectionError as exc:  # pragma: no cover - CI=true turns this into a failure
         pytest.skip(f"Redis is not reachable at {CATALOGUE_REDIS_URL}: {exc}")
+    from registry.teams import tokens
+
+    tokens._last_told.clear()  # ids repeat from test to test
     prefix = f"test-{uuid.uuid4().hex[:12]}"
     settings.CACHES = {
         "default": {

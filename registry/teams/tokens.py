@@ -32,6 +32,9 @@ TOKEN_RE = re.compile(r"^trm_(?P<prefix>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{4
 # How long a looked-up token stays in the cache; revocation evicts it sooner.
 LOOKUP_CACHE_SECONDS = 300
 LAST_USED_FLUSH_SECONDS = 60
+# Each process tells the cache about a token's use at most this often (the moment is exact to it).
+LAST_USED_CACHE_SECONDS = 1.0
+_last_told: dict[int, float] = {}
 
 
 def _lookup_key(prefix: str) -> str:
@@ -160,8 +163,9 @@ def token_lookup_evict_on_commit(prefix: str) -> None:
 def token_mark_used(identity: AgentIdentity, *, may_write_database: bool) -> None:
     """Record that the agent just used its token.
 
-    The cache always gets the moment. The row gets it at most once a minute per token, and only
-    when the caller says a database write is fine (requests that already read the database).
+    The cache gets the moment (at most once a second per token and process). The row gets it at
+    most once a minute per token, and only when the caller says a database write is fine
+    (requests that already read the database).
     """
     now = time.time()
     hot_cache().set(_last_used_key(identity.token_id), now, None)
