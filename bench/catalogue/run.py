@@ -272,12 +272,21 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--seconds", type=int, default=10, choices=range(2, 61))
     parser.add_argument("--connections", type=int, default=8, choices=range(1, 65))
+    parser.add_argument("--repeat", type=int, default=3, choices=range(1, 6))
     args = parser.parse_args()
     all_results = {}
+    load_before = os.getloadavg()
     for servers in args.sizes:
         print(f"measuring {servers} servers ...", file=sys.stderr)
-        all_results[servers] = measure(servers, seconds=args.seconds, connections=args.connections)
+        all_results[servers] = measure(
+            servers, seconds=args.seconds, connections=args.connections, repeat=args.repeat
+        )
     print(report(all_results))
+    print(
+        f"\nwrk -t1 -c{args.connections}, {args.seconds} s per run, median of {args.repeat} runs; "
+        f"{os.cpu_count()} cores; load average before {load_before[0]:.2f}, "
+        f"after {os.getloadavg()[0]:.2f}"
+    )
     psql(f"DROP DATABASE IF EXISTS {DATABASE}")
 
 

@@ -86,6 +86,8 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return obj.agents_count  # type: ignore[attr-defined,no-any-return]
 
     def save_model(self, request: HttpRequest, obj: Team, form: Any, change: bool) -> None:
+        if change and not {"name", "description"} & set(form.changed_data):
+            return
         if change:
             _try(
                 request,
