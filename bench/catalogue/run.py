@@ -205,8 +205,11 @@ def measure(
             assert headers["X-Toolroom-Cache"] == "miss"
             tools = len(json.loads(body)["tools"])
             tokens_file.write_text("".join(f"{token} -\n" for token in tokens.values()))
-            results["uncached"] = load(
-                tokens_file, etag=False, seconds=seconds, connections=connections
+            results["uncached"] = median_run(
+                [
+                    load(tokens_file, etag=False, seconds=seconds, connections=connections)
+                    for _ in range(repeat)
+                ]
             )
         flush_cache()
         with serving(data_dir, 3600, probe):
@@ -219,10 +222,16 @@ def measure(
             assert headers["X-Toolroom-Cache"] == "hit"
             assert fetch(probe, etags[probe])[0] == 304
             tokens_file.write_text("".join(f"{t} {e}\n" for t, e in etags.items()))
-            results["cached"] = load(
-                tokens_file, etag=False, seconds=seconds, connections=connections
-            )
-            results["304"] = load(tokens_file, etag=True, seconds=seconds, connections=connections)
+            cached, not_modified = [], []
+            for _ in range(repeat):  # interleaved, so both see the same disturbances
+                cached.append(
+                    load(tokens_file, etag=False, seconds=seconds, connections=connections)
+                )
+                not_modified.append(
+                    load(tokens_file, etag=True, seconds=seconds, connections=connections)
+                )
+            results["cached"] = median_run(cached)
+            results["304"] = median_run(not_modified)
         for result in results.values():
             result["tools"] = tools
         flush_cache()
