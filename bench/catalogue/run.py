@@ -59,6 +59,10 @@ def environment(data_dir: str, cache_seconds: int) -> dict[str, str]:
         "REDIS_URL": REDIS_URL,
         "TOOLROOM_CACHE_PREFIX": CACHE_PREFIX,
         "TOOLROOM_CATALOGUE_CACHE_SECONDS": str(cache_seconds),
+        # Under ASGI Django runs each request's sync code in a thread of its own, so a persistent
+        # connection (CONN_MAX_AGE > 0) would be left open per request until PostgreSQL refuses
+        # more clients: every request opens and closes its connection.
+        "DATABASE_CONN_MAX_AGE": "0",
         "LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
     }
