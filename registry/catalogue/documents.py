@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.utils.http import parse_etags
 
 from registry.catalogue.cache import hot_cache
 from registry.catalogue.versions import CatalogueState
@@ -33,6 +34,23 @@ def declarations_digest(identity: AgentIdentity) -> str:
         return ""
     canonical = json.dumps(identity.declared_servers, sort_keys=True, separators=(",", ":"))
     return f"{identity.token_id}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+
+
+def tools_variant(*, fmt: str, category: str | None, identity: AgentIdentity) -> str:
+    """What, besides the version, tells one tools document from another."""
+    declared = declarations_digest(identity) if fmt == "native" else ""
+    return f"tools|{fmt}|{category or ''}|{declared}"
+
+
+def etag_matches(held: str, etag: str) -> bool:
+    """Whether an If-None-Match value names `etag` (weak comparison, as RFC 9110 asks)."""
+    if not held:
+        return False
+    return held.strip() == "*" or etag in parse_etags(held)
+
+
+def document_key(etag: str) -> str:
+    return f"catalogue-doc:{etag.strip(chr(34))}"
 
 
 def catalogue_etag(*, identity: AgentIdentity, state: CatalogueState, variant: str) -> str:
@@ -54,7 +72,7 @@ def catalogue_etag(*, identity: AgentIdentity, state: CatalogueState, variant: s
 def catalogue_document(*, etag: str, build: Callable[[], Any]) -> CatalogueDocument:
     """The document for `etag`, from the cache or built (and cached) now."""
     ttl = settings.TOOLROOM_CATALOGUE_CACHE_SECONDS
-    key = f"catalogue-doc:{etag.strip(chr(34))}"
+    key = document_key(etag)
     if ttl > 0:
         body = hot_cache().get(key)
         if body is not None:

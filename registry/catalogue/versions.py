@@ -65,7 +65,7 @@ class CatalogueState:
         return self.valid_until is not None and self.valid_until <= now
 
 
-def _key(team_id: int) -> str:
+def state_key(team_id: int) -> str:
     return f"catalogue-state:{team_id}"
 
 
@@ -77,10 +77,10 @@ def _state_get(team_id: int) -> CatalogueState | None:
     backend = _backend()
     if isinstance(backend, RedisCache):
         # Read raw: the value is plain text written by the Lua script, not a pickle.
-        key = backend.make_and_validate_key(_key(team_id))
+        key = backend.make_and_validate_key(state_key(team_id))
         raw = cast(Any, backend)._cache.get_client(key, write=True).get(key)  # the primary: no lag
     else:
-        raw = backend.get(_key(team_id))
+        raw = backend.get(state_key(team_id))
     return CatalogueState.decode(raw) if raw else None
 
 
@@ -89,7 +89,7 @@ def _states_set_if_newer(states: dict[int, CatalogueState]) -> None:
         return
     backend = _backend()
     if isinstance(backend, RedisCache):
-        keys = [backend.make_and_validate_key(_key(team_id)) for team_id in states]
+        keys = [backend.make_and_validate_key(state_key(team_id)) for team_id in states]
         client = cast(Any, backend)._cache.get_client(keys[0], write=True)
         client.eval(
             _SET_IF_NEWER,
@@ -100,9 +100,9 @@ def _states_set_if_newer(states: dict[int, CatalogueState]) -> None:
         )
         return
     for team_id, state in states.items():
-        current = backend.get(_key(team_id))
+        current = backend.get(state_key(team_id))
         if current is None or CatalogueState.decode(current).version <= state.version:
-            backend.set(_key(team_id), state.encode(), FALLBACK_STATE_CACHE_SECONDS)
+            backend.set(state_key(team_id), state.encode(), FALLBACK_STATE_CACHE_SECONDS)
 
 
 def _states_from_db(team_ids: list[int]) -> dict[int, CatalogueState]:

@@ -37,11 +37,11 @@ LAST_USED_CACHE_SECONDS = 1.0
 _last_told: dict[int, float] = {}
 
 
-def _lookup_key(prefix: str) -> str:
+def token_lookup_key(prefix: str) -> str:
     return f"agent-token:{prefix}"
 
 
-def _last_used_key(token_id: int) -> str:
+def token_last_used_key(token_id: int) -> str:
     return f"agent-token-used:{token_id}"
 
 
@@ -127,23 +127,16 @@ def _entry_from_db(prefix: str) -> dict[str, Any] | None:
     }
 
 
-def token_authenticate(plain: str) -> AgentIdentity:
-    """The identity behind `plain`, or TokenRejected; no query when the lookup is cached."""
-    prefix = token_parse(plain)
-    if prefix is None:
-        raise TokenRejected("malformed")
-    key = _lookup_key(prefix)
-    entry = hot_cache().get(key)
-    if entry is None:
-        entry = _entry_from_db(prefix)
-        if entry is None:
-            raise TokenRejected("unknown prefix")
-        hot_cache().set(key, entry, LOOKUP_CACHE_SECONDS)
+def identity_from_entry(entry: dict[str, Any], plain: str, now: float) -> AgentIdentity:
+    """Check `plain` against a looked-up entry; TokenRejected unless it is good at `now`.
+
+    Shared by the request path and the catalogue's ASGI fast path, so both decide alike.
+    """
     if not hmac.compare_digest(entry["hash"], token_hash(plain)):
         raise TokenRejected("wrong secret")
     if entry["revoked"]:
         raise TokenRejected("revoked")
-    if entry["expires_at"] is not None and entry["expires_at"] <= time.time():
+    if entry["expires_at"] is not None and entry["expires_at"] <= now:
         raise TokenRejected("expired")
     return AgentIdentity(
         token_id=entry["id"],
@@ -155,9 +148,33 @@ def token_authenticate(plain: str) -> AgentIdentity:
     )
 
 
+def token_authenticate(plain: str) -> AgentIdentity:
+    """The identity behind `plain`, or TokenRejected; no query when the lookup is cached."""
+    prefix = token_parse(plain)
+    if prefix is None:
+        raise TokenRejected("malformed")
+    key = token_lookup_key(prefix)
+    cache = hot_cache()
+    entry = cache.get(key)
+    if entry is None:
+        entry = _entry_from_db(prefix)
+        if entry is None:
+            raise TokenRejected("unknown prefix")
+        cache.set(key, entry, LOOKUP_CACHE_SECONDS)
+    return identity_from_entry(entry, plain, time.time())
+
+
 def token_lookup_evict_on_commit(prefix: str) -> None:
     """Drop the cached lookup once the revocation (or change) is committed."""
-    transaction.on_commit(lambda: hot_cache().delete(_lookup_key(prefix)))
+    transaction.on_commit(lambda: hot_cache().delete(token_lookup_key(prefix)))
+
+
+def last_use_due(token_id: int, now: float) -> bool:
+    """Whether this process should tell the cache about the token's use now (once a second)."""
+    if now - _last_told.get(token_id, 0.0) < LAST_USED_CACHE_SECONDS:
+        return False
+    _last_told[token_id] = now
+    return True
 
 
 def token_mark_used(identity: AgentIdentity, *, may_write_database: bool) -> None:
@@ -168,10 +185,11 @@ def token_mark_used(identity: AgentIdentity, *, may_write_database: bool) -> Non
     (requests that already read the database).
     """
     now = time.time()
-    hot_cache().set(_last_used_key(identity.token_id), now, None)
-    if may_write_database and hot_cache().add(
-        _flush_key(identity.token_id), 1, LAST_USED_FLUSH_SECONDS
-    ):
+    if not last_use_due(identity.token_id, now):
+        return
+    cache = hot_cache()
+    cache.set(token_last_used_key(identity.token_id), now, None)
+    if may_write_database and cache.add(_flush_key(identity.token_id), 1, LAST_USED_FLUSH_SECONDS):
         from registry.teams.models import AgentToken  # noqa: PLC0415
 
         AgentToken.objects.filter(pk=identity.token_id).update(
@@ -181,9 +199,9 @@ def token_mark_used(identity: AgentIdentity, *, may_write_database: bool) -> Non
 
 def tokens_last_used(token_ids: list[int]) -> dict[int, datetime]:
     """The freshest last-used moments the cache knows, by token id."""
-    found = hot_cache().get_many([_last_used_key(token_id) for token_id in token_ids])
+    found = hot_cache().get_many([token_last_used_key(token_id) for token_id in token_ids])
     return {
-        token_id: datetime.fromtimestamp(found[_last_used_key(token_id)], tz=UTC)
+        token_id: datetime.fromtimestamp(found[token_last_used_key(token_id)], tz=UTC)
         for token_id in token_ids
-        if _last_used_key(token_id) in found
+        if token_last_used_key(token_id) in found
     }

@@ -15,7 +15,6 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseNotModified
-from django.utils.http import parse_etags
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.exceptions import AuthenticationFailed
@@ -29,7 +28,13 @@ from registry.api.serializers import (
     ClientConfigQuerySerializer,
     OfficialListQuerySerializer,
 )
-from registry.catalogue.documents import catalogue_document, catalogue_etag, declarations_digest
+from registry.catalogue.documents import (
+    catalogue_document,
+    catalogue_etag,
+    declarations_digest,
+    etag_matches,
+    tools_variant,
+)
 from registry.catalogue.formats import (
     preflight_data,
     registry_namespace,
@@ -92,8 +97,7 @@ class AgentView(APIView):
         identity = self.identity()
         state = catalogue_state(team_id=identity.team_id)
         etag = catalogue_etag(identity=identity, state=state, variant=variant)
-        held = self.request.headers.get("If-None-Match", "")
-        if held and (etag in parse_etags(held) or held.strip() == "*"):
+        if etag_matches(self.request.headers.get("If-None-Match", ""), etag):
             token_mark_used(identity, may_write_database=False)
             response: HttpResponse = HttpResponseNotModified()
         else:
@@ -130,18 +134,18 @@ class CatalogueView(AgentView):
         fmt: str = query.validated_data["format"]
         category: str | None = query.validated_data.get("category")
         identity = self.identity()
-        declared = declarations_digest(identity) if fmt == "native" else ""
+        with_preflight = fmt == "native" and bool(identity.declared_servers)
 
         def build(state: CatalogueState) -> dict[str, Any]:
             catalogue = _build(identity, category)
             preflight = (
                 catalogue_preflight(catalogue=catalogue, declared_servers=identity.declared_servers)
-                if declared
+                if with_preflight
                 else None
             )
             return render_tools(fmt, catalogue, version=state.version, preflight=preflight)
 
-        return self.conditional(f"tools|{fmt}|{category or ''}|{declared}", build)
+        return self.conditional(tools_variant(fmt=fmt, category=category, identity=identity), build)
 
 
 class ClientConfigView(AgentView):
