@@ -108,9 +108,10 @@ def fetch(token: str, etag: str | None = None) -> tuple[int, dict[str, str], byt
         request.add_header("If-None-Match", etag)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 (loopback http)
-            return response.status, dict(response.headers), response.read()
+            headers = {name.lower(): value for name, value in response.headers.items()}
+            return response.status, headers, response.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+        return exc.code, {name.lower(): value for name, value in exc.headers.items()}, exc.read()
 
 
 @contextmanager
@@ -206,7 +207,7 @@ def measure(
         with serving(data_dir, 0, probe):
             status, headers, body = fetch(probe)
             assert status == 200
-            assert headers["X-Toolroom-Cache"] == "miss"
+            assert headers["x-toolroom-cache"] == "miss"
             tools = len(json.loads(body)["tools"])
             tokens_file.write_text("".join(f"{token} -\n" for token in tokens.values()))
             results["uncached"] = median_run(
@@ -221,9 +222,9 @@ def measure(
             for token in tokens.values():  # warm: one build per team
                 status, headers, _ = fetch(token)
                 assert status == 200
-                etags[token] = headers["ETag"]
+                etags[token] = headers["etag"]
             status, headers, _ = fetch(probe)
-            assert headers["X-Toolroom-Cache"] == "hit"
+            assert headers["x-toolroom-cache"] == "hit"
             assert fetch(probe, etags[probe])[0] == 304
             tokens_file.write_text("".join(f"{t} {e}\n" for t, e in etags.items()))
             cached, not_modified = [], []
