@@ -12,7 +12,8 @@ loopback for a bounded time:
 Then it prints the table and the ratios against the targets: 304 p95 <= 0.2x uncached p95,
 cached throughput >= 5x uncached, uncached p95 at 1,000 servers <= 1.5x the p95 at 10.
 
-    .venv/bin/python bench/catalogue/run.py [--sizes 10 100 1000] [--seconds 10]
+    .venv/bin/python bench/catalogue/run.py [--sizes 10 100 1000] [--seconds 10] [--repeat 3]
+                                            [--no-fast-path]
 
 Needs: PostgreSQL on 127.0.0.1:5432 (user postgres), Redis on 127.0.0.1:6379, `wrk`.
 """
@@ -49,8 +50,12 @@ PATH = "/api/v1/catalogue"
 RESULT = re.compile(r"^RESULT (\{.*\})$", re.MULTILINE)
 
 
+FAST_PATH = {"on": "true"}
+
+
 def environment(data_dir: str, cache_seconds: int) -> dict[str, str]:
     return {
+        "TOOLROOM_CATALOGUE_FAST_PATH": FAST_PATH["on"],
         **os.environ,
         "TOOLROOM_PROFILE": "quickstart",
         "TOOLROOM_DATA_DIR": data_dir,
@@ -287,7 +292,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10, choices=range(2, 61))
     parser.add_argument("--connections", type=int, default=8, choices=range(1, 65))
     parser.add_argument("--repeat", type=int, default=3, choices=range(1, 6))
+    parser.add_argument(
+        "--no-fast-path",
+        action="store_true",
+        help="Let Django answer everything (TOOLROOM_CATALOGUE_FAST_PATH=false), for comparison.",
+    )
     args = parser.parse_args()
+    FAST_PATH["on"] = "false" if args.no_fast_path else "true"
     all_results = {}
     load_before = os.getloadavg()
     for servers in args.sizes:
@@ -297,7 +308,8 @@ def main() -> None:
         )
     print(report(all_results))
     print(
-        f"\nwrk -t1 -c{args.connections}, {args.seconds} s per run, median of {args.repeat} runs; "
+        f"\nfast path {'off' if args.no_fast_path else 'on'}; "
+        f"wrk -t1 -c{args.connections}, {args.seconds} s per run, median of {args.repeat} runs; "
         f"{os.cpu_count()} cores; load average before {load_before[0]:.2f}, "
         f"after {os.getloadavg()[0]:.2f}"
     )
