@@ -256,3 +256,10 @@ def test_a_tool_request_for_an_approved_tool_can_be_granted(world, dave, committ
         )
         services.access_request_approve(actor="test", request=request)
     assert world["beta"].grants.filter(tool__name="write_file").exists()
+
+
+def test_a_team_filter_that_is_no_slug_is_refused_not_a_server_error(api_client, world, charlie):
+    response = _as(api_client, charlie).get("/api/v1/access-requests", {"team": "a\x00b"})
+
+    assert response.status_code == 400
+    assert "team" in response.json()["error"]["fields"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from rest_framework import viewsets
+from rest_framework import serializers, viewsets
 from rest_framework.exceptions import PermissionDenied
 
 from registry.api.pagination import TeamListPagination
@@ -19,9 +19,14 @@ from registry.api.permissions import IsPerson
 from registry.teams.models import Team, TeamAction, teams_for_user
 
 
+class TeamFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    team = serializers.SlugField(required=False, max_length=60)
+
+
 class TeamScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     permission_classes = [IsPerson]
     pagination_class = TeamListPagination
+    lookup_value_regex = r"[0-9]+"
 
     def base_queryset(self) -> Any:
         """The rows before restriction; must support `.restrict(user, action)`."""
@@ -31,9 +36,11 @@ class TeamScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
         restricted: QuerySet[Any] = self.base_queryset().restrict(
             self.request.user, TeamAction.VIEW
         )
-        team_slug = self.request.query_params.get("team")
-        if team_slug and self.action == "list":
-            restricted = restricted.filter(team__slug=team_slug)
+        if self.action == "list":
+            query = TeamFilterSerializer(data=self.request.query_params)
+            query.is_valid(raise_exception=True)
+            if team_slug := query.validated_data.get("team"):
+                restricted = restricted.filter(team__slug=team_slug)
         return restricted
 
     def require_team_manager(self, team: Team) -> None:

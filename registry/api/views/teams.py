@@ -61,6 +61,7 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     pagination_class = TeamListPagination
     serializer_class = TeamSerializer
     lookup_field = "slug"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"
 
     def get_queryset(self) -> QuerySet[Team]:
         return (
@@ -88,6 +89,7 @@ class BrowseServerViewSet(
     pagination_class = TeamListPagination
     serializer_class = BrowseServerSerializer
     lookup_field = "slug"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"
 
     def get_queryset(self) -> QuerySet[McpServer]:
         query = BrowseQuerySerializer(data=self.request.query_params)
