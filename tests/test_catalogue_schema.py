@@ -69,7 +69,7 @@ def test_no_request_gets_a_server_error(api_schema, credentials):
 
         @given(case=operation.as_strategy())
         @settings(
-            max_examples=15,
+            max_examples=30,
             deadline=None,
             database=None,
             suppress_health_check=list(HealthCheck),

@@ -263,3 +263,16 @@ def test_a_team_filter_that_is_no_slug_is_refused_not_a_server_error(api_client,
 
     assert response.status_code == 400
     assert "team" in response.json()["error"]["fields"]
+
+
+def test_a_server_or_team_that_is_no_slug_is_answered_like_a_missing_one(
+    api_client, world, charlie
+):
+    client = _as(api_client, charlie)
+
+    bad_server = _ask(client, team="alpha", server="fi\x00les", justification="x")
+    bad_team = _ask(client, team="al\x00pha", server="files", justification="x")
+
+    assert bad_server.status_code == bad_team.status_code == 400
+    assert "does not exist" in bad_server.json()["error"]["fields"]["server"][0]
+    assert "does not exist" in bad_team.json()["error"]["fields"]["team"][0]

@@ -6,6 +6,7 @@ approved servers), so a foreign or unknown object gets the same answer: it does 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -173,8 +174,21 @@ class AccessRequestSerializer(serializers.ModelSerializer):  # type: ignore[type
         return access_request_waiting_for(request)
 
 
+_SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,80}$")
+
+
 @extend_schema_field(OpenApiTypes.STR)
-class _CallerTeamField(serializers.SlugRelatedField):  # type: ignore[type-arg]
+class _SlugField(serializers.SlugRelatedField):  # type: ignore[type-arg]
+    """A slug resolved to a row; something that is no slug at all is answered like a missing row
+    (and never reaches the database, which may refuse some characters outright)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str) or not _SLUG.match(data):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:80])
+        return super().to_internal_value(data)
+
+
+class _CallerTeamField(_SlugField):
     """A team slug, resolved only among the caller's teams."""
 
     def get_queryset(self) -> Any:
@@ -183,7 +197,7 @@ class _CallerTeamField(serializers.SlugRelatedField):  # type: ignore[type-arg]
 
 class AccessRequestCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
     team = _CallerTeamField(slug_field="slug")
-    server = serializers.SlugRelatedField(
+    server = _SlugField(
         slug_field="slug", queryset=McpServer.objects.filter(review_status=ReviewStatus.APPROVED)
     )
     tool = serializers.CharField(required=False, allow_blank=False, max_length=200)
