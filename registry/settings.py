@@ -309,5 +309,5 @@ TOOLROOM_CATALOGUE_HIDE_UNHEALTHY: bool = env.bool(
 )
 # How long a rendered catalogue stays in the cache (keyed by version); 0 turns that cache off.
 TOOLROOM_CATALOGUE_CACHE_SECONDS: int = env.int("TOOLROOM_CATALOGUE_CACHE_SECONDS", default=3600)
-# Under ASGI, answer cached catalogues and 304s straight from Redis (registry/catalogue/fastpath.py).
+# Under ASGI, answer cached catalogues and 304s straight from Redis (registry/catalogue/fastpath).
 TOOLROOM_CATALOGUE_FAST_PATH: bool = env.bool("TOOLROOM_CATALOGUE_FAST_PATH", default=True)
