@@ -117,12 +117,15 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "guardian",
     "django_celery_beat",
     "registry.core",
     "registry.audit",
     "registry.servers",
     "workers",
+    "registry.teams",
+    "registry.catalogue",
 ]
 
 MIDDLEWARE = [
@@ -179,8 +182,19 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 else:
-    _db["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
-    _db["CONN_HEALTH_CHECKS"] = True
+    # Under ASGI every request runs its database work in a thread of its own, so connections
+    # kept per thread (CONN_MAX_AGE > 0) pile up until PostgreSQL refuses more. A pool per process
+    # hands connections to requests and takes them back; with it, CONN_MAX_AGE must be 0.
+    if env.bool("DATABASE_POOL", default=True):
+        _db["CONN_MAX_AGE"] = 0
+        _db.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": env.int("DATABASE_POOL_MIN_SIZE", default=1),
+            "max_size": env.int("DATABASE_POOL_MAX_SIZE", default=10),
+            "timeout": env.int("DATABASE_POOL_TIMEOUT", default=30),
+        }
+    else:
+        _db["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+        _db["CONN_HEALTH_CHECKS"] = True
     _db.setdefault("TEST", {})["NAME"] = env.str("DATABASE_TEST_NAME", default="") or None
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -306,16 +320,27 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Agents: `Authorization: Bearer trm_...`; people: the admin's session.
+        "registry.api.authentication.AgentTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "registry.core.api_errors.api_exception_handler",
+    # `?format=` names the catalogue's output format, not a DRF renderer.
+    "URL_FORMAT_OVERRIDE": None,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Toolroom API",
     "DESCRIPTION": "Team registry and gateway for MCP servers.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # The Swagger UI comes from drf-spectacular-sidecar's static files: no CDN needed.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Logging -----------------------------------------------------------------------------------
@@ -355,3 +380,21 @@ TOOLROOM_DISCOVERY_TIMEOUT_SECONDS: int = env.int("TOOLROOM_DISCOVERY_TIMEOUT_SE
 # janitor removes a dead worker's containers by it. Give workers on one host distinct names
 # only if they share no engine.
 TOOLROOM_SANDBOX_OWNER: str = env.str("TOOLROOM_SANDBOX_OWNER", default="")
+
+# --- Catalogue ---------------------------------------------------------------------------------
+
+# Where agents and clients reach Toolroom (the gateway's MCP endpoint is `<this>/mcp/`); empty:
+# the host of each request.
+TOOLROOM_PUBLIC_URL: str = env.str(
+    "TOOLROOM_PUBLIC_URL", default="" if IS_PRODUCTION else "http://127.0.0.1:8000"
+).rstrip("/")
+# The reverse-DNS namespace of server names in `/v0.1/servers`; empty: from TOOLROOM_PUBLIC_URL.
+TOOLROOM_REGISTRY_NAMESPACE: str = env.str("TOOLROOM_REGISTRY_NAMESPACE", default="")
+# Leave unhealthy servers' tools out of catalogues instead of flagging them.
+TOOLROOM_CATALOGUE_HIDE_UNHEALTHY: bool = env.bool(
+    "TOOLROOM_CATALOGUE_HIDE_UNHEALTHY", default=False
+)
+# How long a rendered catalogue stays in the cache (keyed by version); 0 turns that cache off.
+TOOLROOM_CATALOGUE_CACHE_SECONDS: int = env.int("TOOLROOM_CATALOGUE_CACHE_SECONDS", default=3600)
+# Under ASGI, answer cached catalogues and 304s straight from Redis (registry/catalogue/fastpath).
+TOOLROOM_CATALOGUE_FAST_PATH: bool = env.bool("TOOLROOM_CATALOGUE_FAST_PATH", default=True)

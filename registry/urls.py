@@ -1,7 +1,7 @@
 """Toolroom's URL map: the admin (the vetting workplace), the API and its schema."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import RedirectView
 
 admin.site.site_header = "Toolroom"
@@ -11,4 +11,5 @@ admin.site.index_title = "Registry administration"
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="admin:index", permanent=False)),
     path("admin/", admin.site.urls),
+    path("", include("registry.api.urls")),
 ]

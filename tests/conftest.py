@@ -89,3 +89,60 @@ def _check_process_hygiene(session, reporter):
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+# --- Teams, agents, a real Redis cache (the catalogue's tests) ----------------------------------
+
+CATALOGUE_REDIS_URL = os.environ.get("TOOLROOM_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+@pytest.fixture
+def dave(db):
+    """A person without admin access, member of a team of their own (see the team tests)."""
+    return UserFactory(username="dave")
+
+
+@pytest.fixture
+def redis_cache(settings):
+    """The default cache on a real Redis (DB 13), under a key prefix of this test's own."""
+    import uuid
+
+    import redis
+
+    client = redis.Redis.from_url(CATALOGUE_REDIS_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        pytest.fail(f"Redis is not reachable at {CATALOGUE_REDIS_URL} (make test starts it): {exc}")
+    from registry.teams import tokens
+
+    tokens._last_told.clear()  # ids repeat from test to test
+    prefix = f"test-{uuid.uuid4().hex[:12]}"
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CATALOGUE_REDIS_URL,
+            "KEY_PREFIX": prefix,
+        }
+    }
+    yield client
+    for key in client.scan_iter(f"{prefix}:*"):
+        client.delete(key)
+
+
+@pytest.fixture
+def committed(django_capture_on_commit_callbacks):
+    """`with committed(): service(...)` runs the on-commit work (signals, version bumps) as a
+    real commit would, inside the test's transaction."""
+
+    def run():
+        return django_capture_on_commit_callbacks(execute=True)
+
+    return run
+
+
+@pytest.fixture
+def api_client():
+    from rest_framework.test import APIClient
+
+    return APIClient()

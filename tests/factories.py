@@ -94,3 +94,60 @@ class ToolFactory(factory.django.DjangoModelFactory[Tool]):
                 definition_hash=self.definition_hash,
                 defaults={"definition": self.definition},
             )
+
+
+# --- Teams, grants, agent tokens (built through the services, as the admin and API do) ---------
+
+
+class TeamFactory(factory.django.DjangoModelFactory[Any]):
+    """A team with its Django group, guardian permission and default roles."""
+
+    class Meta:
+        model = "teams.Team"
+
+    slug = factory.Sequence(lambda n: f"team-{n}")
+    name = factory.LazyAttribute(lambda t: t.slug.replace("-", " ").title())
+
+    @classmethod
+    def _create(cls, model_class: Any, *args: Any, **kwargs: Any) -> Any:
+        from registry.teams.services import team_create
+
+        return team_create(actor="factory", slug=kwargs["slug"], name=kwargs["name"])
+
+
+class GrantFactory(factory.django.DjangoModelFactory[Any]):
+    class Meta:
+        model = "teams.Grant"
+
+    team = factory.SubFactory(TeamFactory)
+    server = factory.SubFactory(McpServerFactory)
+    tool = None
+    role = None
+    expires_at = None
+
+    @classmethod
+    def _create(cls, model_class: Any, *args: Any, **kwargs: Any) -> Any:
+        from registry.teams.services import grant_create
+
+        return grant_create(actor="factory", **kwargs)
+
+
+class AgentTokenFactory(factory.django.DjangoModelFactory[Any]):
+    """An agent token; the plain token is on `.plain` (the services show it once)."""
+
+    class Meta:
+        model = "teams.AgentToken"
+
+    team = factory.SubFactory(TeamFactory)
+    role = factory.LazyAttribute(lambda t: t.team.roles.get(name="operations"))
+    name = factory.Sequence(lambda n: f"agent-{n}")
+    expires_at = None
+    declared_servers = None
+
+    @classmethod
+    def _create(cls, model_class: Any, *args: Any, **kwargs: Any) -> Any:
+        from registry.teams.services import agent_token_create
+
+        created = agent_token_create(actor="factory", **kwargs)
+        created.token.plain = created.plain
+        return created.token

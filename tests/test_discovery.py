@@ -165,10 +165,13 @@ def test_a_misbehaving_server_fails_within_the_deadline(flags, kind):
 
 
 def test_a_server_that_must_be_sandboxed_is_never_run_as_a_local_process():
+    # The scenario server exists on this host only: run in its sandbox, where the host's files
+    # are not, it cannot start. Run as a local process, it would have been discovered.
     server = _stdio_server(trust_tier=TrustTier.UNTRUSTED, isolation="sandbox")
     run = discover_inline(server)
     assert run.status == DiscoveryStatus.FAILED
-    assert "must run in a sandboxed container" in run.error
+    assert "command was not found in the image" in run.error
+    assert not server.tools.exists()
 
 
 def test_it_discovers_over_streamable_http_and_sse():

@@ -107,6 +107,10 @@ RUNTIME_FIELDS = LAUNCH_FIELDS | frozenset(
         "pids_limit",
     }
 )
+# What agents see of a server in their catalogue (the slug is part of every tool's name).
+CATALOGUE_FIELDS = frozenset(
+    {"slug", "name", "description", "category", "version", "homepage_url", "repository_url"}
+)
 
 
 def _field_value(server: McpServer, name: str) -> Any:
@@ -241,6 +245,8 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
         after=_snapshot(locked, sorted(changed)),
         details={"back_to_review": loosened} if loosened else {},
     )
+    if changed & CATALOGUE_FIELDS and not loosened:
+        announce_visibility_change(server_ids=[locked.pk], reason="server.updated")
     if loosened:
         announce_visibility_change(server_ids=[locked.pk], reason="server.sent_back_to_review")
         audit_record(

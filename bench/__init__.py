@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that measure Toolroom on this machine, not timed tests."""

@@ -1,0 +1,1 @@
+"""The REST API: authentication, base viewsets restricted by team, serializers, views, routes."""

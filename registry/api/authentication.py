@@ -1,0 +1,84 @@
+"""Agent-token authentication for DRF: `Authorization: Bearer trm_...` -> the agent's identity.
+
+An agent is not a Django user: `request.user` is an `AgentUser` (authenticated, no permissions)
+and `request.auth` the `AgentIdentity` (team, role, token). Unknown, wrong, revoked and expired
+tokens all get the same 401, so the answer tells nothing about which it was.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib.auth.models import AnonymousUser
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.request import Request
+
+from registry.teams.tokens import TOKEN_PREFIX, AgentIdentity, TokenRejected, token_authenticate
+
+logger = logging.getLogger(__name__)
+
+INVALID_TOKEN_MESSAGE = "The agent token is invalid, expired or revoked."  # noqa: S105
+
+
+class AgentUser(AnonymousUser):
+    """What `request.user` is for an agent: authenticated, but no person and no permissions."""
+
+    def __init__(self, identity: AgentIdentity) -> None:
+        super().__init__()
+        self.identity = identity
+        self.username = identity.label  # type: ignore[assignment]
+
+    @property
+    def is_anonymous(self) -> bool:  # type: ignore[override]
+        return False
+
+    @property
+    def is_authenticated(self) -> bool:  # type: ignore[override]
+        return True
+
+    def __str__(self) -> str:
+        return self.username
+
+
+class AgentTokenAuthentication(BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[AgentUser, AgentIdentity] | None:
+        header = get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed(INVALID_TOKEN_MESSAGE)
+        try:
+            plain = header[1].decode("ascii")
+        except UnicodeDecodeError as exc:
+            raise exceptions.AuthenticationFailed(INVALID_TOKEN_MESSAGE) from exc
+        if not plain.startswith(f"{TOKEN_PREFIX}_"):
+            raise exceptions.AuthenticationFailed(INVALID_TOKEN_MESSAGE)
+        try:
+            identity = token_authenticate(plain)
+        except TokenRejected as exc:
+            logger.info("agent token refused: %s", exc.reason)
+            raise exceptions.AuthenticationFailed(INVALID_TOKEN_MESSAGE) from exc
+        return AgentUser(identity), identity
+
+    def authenticate_header(self, request: Any) -> str:
+        return f'{self.keyword} realm="toolroom"'
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """Describes agent tokens in the OpenAPI schema as HTTP bearer authentication."""
+
+    target_class = "registry.api.authentication.AgentTokenAuthentication"
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "trm_<prefix>_<secret>",
+            "description": "An agent token of one team and role.",
+        }

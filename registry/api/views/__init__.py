@@ -1,0 +1,1 @@
+"""The API's views: the agents' catalogue, the official-registry list, and the team pages."""

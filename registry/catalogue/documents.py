@@ -1,0 +1,83 @@
+"""Rendered catalogue documents: their ETags and their cache entries.
+
+An ETag is derived from the team's catalogue version, the agent's role and the variant asked for
+(format, filters, page, the agent's declared servers); a document is cached under its ETag, so a
+new version makes every older document unreachable at once. Documents live
+TOOLROOM_CATALOGUE_CACHE_SECONDS (0 turns the document cache off; the ETags and 304s stay).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.utils.http import parse_etags
+
+from registry.catalogue.cache import hot_cache
+from registry.catalogue.versions import CatalogueState
+from registry.teams.tokens import AgentIdentity
+
+
+@dataclass(frozen=True)
+class CatalogueDocument:
+    etag: str
+    body: bytes
+    from_cache: bool
+
+
+def declarations_digest(identity: AgentIdentity) -> str:
+    if not identity.declared_servers:
+        return ""
+    canonical = json.dumps(identity.declared_servers, sort_keys=True, separators=(",", ":"))
+    return f"{identity.token_id}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+
+
+def tools_variant(*, fmt: str, category: str | None, identity: AgentIdentity) -> str:
+    """What, besides the version, tells one tools document from another."""
+    declared = declarations_digest(identity) if fmt == "native" else ""
+    return f"tools|{fmt}|{category or ''}|{declared}"
+
+
+def etag_matches(held: str, etag: str) -> bool:
+    """Whether an If-None-Match value names `etag` (weak comparison, as RFC 9110 asks)."""
+    if not held:
+        return False
+    return held.strip() == "*" or etag in parse_etags(held)
+
+
+def document_key(etag: str) -> str:
+    return f"catalogue-doc:{etag.strip(chr(34))}"
+
+
+def catalogue_etag(*, identity: AgentIdentity, state: CatalogueState, variant: str) -> str:
+    """A strong ETag for this agent's view of the catalogue at this version."""
+    material = "|".join(
+        [
+            str(identity.team_id),
+            str(identity.role_id),
+            str(state.version),
+            variant,
+            "hide" if settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY else "flag",
+            settings.TOOLROOM_PUBLIC_URL,
+        ]
+    )
+    digest = hashlib.sha256(material.encode()).hexdigest()[:24]
+    return f'"{state.version}-{digest}"'
+
+
+def catalogue_document(*, etag: str, build: Callable[[], Any]) -> CatalogueDocument:
+    """The document for `etag`, from the cache or built (and cached) now."""
+    ttl = settings.TOOLROOM_CATALOGUE_CACHE_SECONDS
+    key = document_key(etag)
+    if ttl > 0:
+        body = hot_cache().get(key)
+        if body is not None:
+            return CatalogueDocument(etag=etag, body=body, from_cache=True)
+    body = json.dumps(build(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if ttl > 0:
+        hot_cache().set(key, body, ttl)
+    return CatalogueDocument(etag=etag, body=body, from_cache=False)

@@ -1,0 +1,295 @@
+"""The one read that decides what an agent sees: `catalogue_for_agent`, and what derives from it.
+
+A tool is in a team+role catalogue only if its server is approved; the tool is offered and its
+current definition approved (`registry.servers.selectors.approved_tools`); a grant of its server or
+of the tool itself applies to the team (not revoked, not expired at this moment, for every role or
+for this one); and the role allows its permission class. Unhealthy servers' tools are flagged, or
+left out where TOOLROOM_CATALOGUE_HIDE_UNHEALTHY says so.
+
+The number of queries is the same whatever the size of the registry or of the catalogue: the role,
+the team's grants, the tools (with their servers, categories and health in one join).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from registry.catalogue.naming import namespaced_tool_name
+from registry.servers.models import Health, McpServer, ReviewStatus
+from registry.servers.selectors import approved_tools
+from registry.teams.models import DependencyLevel, Grant, TeamRole
+
+_TOOL_FIELDS = (
+    "pk",
+    "name",
+    "title",
+    "description",
+    "input_schema",
+    "output_schema",
+    "annotations",
+    "permission_class",
+    "definition_hash",
+    "server_id",
+    "server__slug",
+    "server__name",
+    "server__description",
+    "server__version",
+    "server__homepage_url",
+    "server__repository_url",
+    "server__created_at",
+    "server__updated_at",
+    "server__category__slug",
+    "server__category__name",
+    "server__status__health",
+)
+
+
+@dataclass(frozen=True)
+class CatalogueServer:
+    id: int
+    slug: str
+    name: str
+    description: str
+    version: str
+    homepage_url: str
+    repository_url: str
+    category_slug: str | None
+    category_name: str | None
+    health: str
+    created_at: datetime
+    updated_at: datetime
+    tool_count: int = 0
+
+    @property
+    def unhealthy(self) -> bool:
+        return self.health == Health.UNHEALTHY
+
+
+@dataclass(frozen=True)
+class CatalogueTool:
+    name: str  # namespaced: what agents call it
+    tool_id: int
+    tool_name: str
+    server_id: int
+    server_slug: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    annotations: dict[str, Any]
+    permission_class: str
+    definition_hash: str
+    server_health: str
+    access_expires_at: datetime | None
+
+    @property
+    def unhealthy(self) -> bool:
+        return self.server_health == Health.UNHEALTHY
+
+
+@dataclass(frozen=True)
+class PreflightItem:
+    server: str
+    level: str
+    status: str  # ok | degraded | unhealthy | not_granted | no_visible_tools | unavailable
+    detail: str
+
+
+@dataclass(frozen=True)
+class Preflight:
+    ok: bool
+    items: list[PreflightItem]
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    team_id: int
+    team_slug: str
+    team_name: str
+    role_id: int
+    role_name: str
+    permission_classes: list[str]
+    generated_at: datetime
+    servers: list[CatalogueServer]
+    tools: list[CatalogueTool]
+    granted_server_ids: frozenset[int] = field(default_factory=frozenset)
+
+    def tool_named(self, name: str) -> CatalogueTool | None:
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        return None
+
+
+class UnknownRole(Exception):
+    """The role is not one of the team's (a token outlived its role's team: never served)."""
+
+
+def _latest(a: datetime | None, b: datetime | None, *, first: bool) -> datetime | None:
+    """The later of two expiries where None means never; `first` marks the first one seen."""
+    if first:
+        return a
+    if a is None or b is None:
+        return None
+    return max(a, b)
+
+
+def catalogue_for_agent(
+    *, team_id: int, role_id: int, category: str | None = None, at: datetime | None = None
+) -> Catalogue:
+    """The tools a team's agent of this role sees now, namespaced and sorted by name."""
+    now = at or timezone.now()
+    role = TeamRole.objects.select_related("team").filter(pk=role_id, team_id=team_id).first()
+    if role is None:
+        raise UnknownRole(role_id)
+    classes = role.permission_classes
+
+    grants = list(
+        Grant.objects.active(now)
+        .for_role(role_id)
+        .filter(team_id=team_id)
+        .values_list("server_id", "tool_id", "expires_at")
+    )
+    # When access to each server (whole) and tool (alone) ends: the latest of its grants.
+    server_expiry: dict[int, datetime | None] = {}
+    tool_expiry: dict[int, datetime | None] = {}
+    for server_id, tool_id, expires_at in grants:
+        target, key = (server_expiry, server_id) if tool_id is None else (tool_expiry, tool_id)
+        target[key] = _latest(target.get(key), expires_at, first=key not in target)
+
+    tools = (
+        approved_tools()
+        .filter(server__review_status=ReviewStatus.APPROVED, permission_class__in=classes)
+        .filter(Q(server_id__in=list(server_expiry)) | Q(pk__in=list(tool_expiry)))
+    )
+    if category:
+        tools = tools.filter(server__category__slug=category)
+    if settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY:
+        tools = tools.exclude(server__status__health=Health.UNHEALTHY)
+    rows = list(tools.order_by().values(*_TOOL_FIELDS))
+
+    servers: dict[int, CatalogueServer] = {}
+    counts: dict[int, int] = {}
+    entries: list[CatalogueTool] = []
+    for row in rows:
+        server_id = row["server_id"]
+        health = row["server__status__health"] or Health.UNKNOWN
+        if server_id not in servers:
+            servers[server_id] = CatalogueServer(
+                id=server_id,
+                slug=row["server__slug"],
+                name=row["server__name"],
+                description=row["server__description"],
+                version=row["server__version"],
+                homepage_url=row["server__homepage_url"],
+                repository_url=row["server__repository_url"],
+                category_slug=row["server__category__slug"],
+                category_name=row["server__category__name"],
+                health=health,
+                created_at=row["server__created_at"],
+                updated_at=row["server__updated_at"],
+            )
+        counts[server_id] = counts.get(server_id, 0) + 1
+        in_server, in_tool = server_id in server_expiry, row["pk"] in tool_expiry
+        expiry = (
+            _latest(server_expiry[server_id], tool_expiry[row["pk"]], first=False)
+            if in_server and in_tool
+            else server_expiry[server_id]
+            if in_server
+            else tool_expiry[row["pk"]]
+        )
+        entries.append(
+            CatalogueTool(
+                name=namespaced_tool_name(row["server__slug"], row["name"]),
+                tool_id=row["pk"],
+                tool_name=row["name"],
+                server_id=server_id,
+                server_slug=row["server__slug"],
+                title=row["title"],
+                description=row["description"],
+                input_schema=row["input_schema"] or {},
+                output_schema=row["output_schema"],
+                annotations=row["annotations"] or {},
+                permission_class=row["permission_class"],
+                definition_hash=row["definition_hash"],
+                server_health=health,
+                access_expires_at=expiry,
+            )
+        )
+    entries.sort(key=lambda entry: entry.name)
+    server_list = sorted(
+        (
+            CatalogueServer(**{**server.__dict__, "tool_count": counts[server.id]})
+            for server in servers.values()
+        ),
+        key=lambda server: server.slug,
+    )
+    return Catalogue(
+        team_id=team_id,
+        team_slug=role.team.slug,
+        team_name=role.team.name,
+        role_id=role_id,
+        role_name=role.name,
+        permission_classes=classes,
+        generated_at=now,
+        servers=server_list,
+        tools=entries,
+        granted_server_ids=frozenset(server_id for server_id, _, _ in grants),
+    )
+
+
+def catalogue_preflight(
+    *, catalogue: Catalogue, declared_servers: Mapping[str, list[str]]
+) -> Preflight:
+    """Tell the agent which of the servers it declared it can use, and why not where it cannot.
+
+    A server the registry does not offer (unknown, not approved) is `unavailable` whichever it is,
+    so that the answer says nothing about servers a team cannot browse.
+    """
+    wanted = {slug for slugs in declared_servers.values() for slug in slugs}
+    if not wanted:
+        return Preflight(ok=True, items=[])
+    approved = {
+        slug: (pk, health or Health.UNKNOWN)
+        for slug, pk, health in McpServer.objects.filter(
+            slug__in=wanted, review_status=ReviewStatus.APPROVED
+        ).values_list("slug", "pk", "status__health")
+    }
+    visible = {server.slug: server for server in catalogue.servers}
+    items: list[PreflightItem] = []
+    ok = True
+    for level in DependencyLevel.values:
+        for slug in sorted(set(declared_servers.get(level, []))):
+            server = visible.get(slug)
+            if server is not None:
+                status = {Health.UNHEALTHY: "unhealthy", Health.DEGRADED: "degraded"}.get(
+                    server.health,  # type: ignore[call-overload]
+                    "ok",
+                )
+                detail = f"{server.tool_count} tool(s), health {server.health}."
+            elif slug not in approved:
+                status, detail = "unavailable", "No approved server has this slug."
+            elif approved[slug][0] not in catalogue.granted_server_ids:
+                status, detail = "not_granted", "The team has no grant on this server for the role."
+            elif approved[slug][1] == Health.UNHEALTHY:
+                status, detail = "unhealthy", "Hidden from the catalogue while it is unhealthy."
+            else:
+                status = "no_visible_tools"
+                detail = "Granted, but none of its tools is approved and allowed for the role."
+            if level == DependencyLevel.REQUIRED and status not in ("ok", "degraded"):
+                ok = False
+            items.append(PreflightItem(server=slug, level=level, status=status, detail=detail))
+    return Preflight(ok=ok, items=items)
+
+
+def catalogue_resolve_tool(*, team_id: int, role_id: int, name: str) -> CatalogueTool | None:
+    """The (server, tool) behind a namespaced name, as the team's agent of this role may call it,
+    or None. For the gateway: it resolves only what the catalogue would show."""
+    return catalogue_for_agent(team_id=team_id, role_id=role_id).tool_named(name)

@@ -1,0 +1,501 @@
+"""Teams in the Django admin: members and roles, grants, access requests, agent tokens.
+
+Every change made here goes through `registry.teams.services` (audited, guardian permissions and
+catalogue versions kept in step); the admin gathers input and shows results. Memberships are the
+easy-to-use face of guardian's object permissions: members view the team, owners manage it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+
+from registry.core.errors import ApplicationError
+from registry.teams import services
+from registry.teams.models import (
+    AccessRequest,
+    AccessRequestState,
+    AgentToken,
+    Grant,
+    Membership,
+    Team,
+    TeamRole,
+)
+from registry.teams.selectors import agent_tokens_with_last_use, teams_with_counts
+
+
+class _ServiceFailed(Exception):
+    pass
+
+
+def _run(request: HttpRequest, call: Any) -> Any:
+    """Run a service call, turning its refusal into an admin error message."""
+    try:
+        return call()
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+        raise _ServiceFailed from exc
+
+
+class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = Membership
+    extra = 1
+    fields = ["user", "level"]
+    autocomplete_fields = ["user"]
+
+
+class TeamRoleInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = TeamRole
+    extra = 0
+    fields = ["name", "description", "allows_read", "allows_write", "allows_connect"]
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    change_form_template = "admin/teams/team/change_form.html"
+    list_display = ["name", "slug", "members_count", "grants_count", "agents_count"]
+    search_fields = ["name", "slug"]
+    fields = ["name", "slug", "description"]
+    inlines = [MembershipInline, TeamRoleInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
+        return teams_with_counts()
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Team | None = None) -> list[str]:
+        return ["slug"] if obj is not None else []
+
+    @admin.display(description="Members", ordering="members_count")
+    def members_count(self, obj: Team) -> int:
+        return obj.members_count  # type: ignore[attr-defined,no-any-return]
+
+    @admin.display(description="Active grants", ordering="grants_count")
+    def grants_count(self, obj: Team) -> int:
+        return obj.grants_count  # type: ignore[attr-defined,no-any-return]
+
+    @admin.display(description="Agent tokens", ordering="agents_count")
+    def agents_count(self, obj: Team) -> int:
+        return obj.agents_count  # type: ignore[attr-defined,no-any-return]
+
+    def save_model(self, request: HttpRequest, obj: Team, form: Any, change: bool) -> None:
+        if change and not {"name", "description"} & set(form.changed_data):
+            return
+        if change:
+            _try(
+                request,
+                lambda: services.team_update(
+                    actor=request.user, team=obj, name=obj.name, description=obj.description
+                ),
+            )
+            return
+        try:
+            created = _run(
+                request,
+                lambda: services.team_create(
+                    actor=request.user,
+                    slug=obj.slug,
+                    name=obj.name,
+                    description=obj.description,
+                ),
+            )
+        except _ServiceFailed:
+            request._toolroom_save_failed = True  # type: ignore[attr-defined]
+            return
+        obj.pk = created.pk
+        obj.group = created.group
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        """Memberships and roles change through the services, one row at a time."""
+        # The admin's change message reads these; nothing is saved by the formset itself.
+        formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
+        if getattr(request, "_toolroom_save_failed", False):
+            return
+        team: Team = form.instance
+        for deleted_form in formset.deleted_forms:
+            deleted: Any = deleted_form.instance
+            if deleted._state.adding:
+                continue
+            if isinstance(deleted, Membership):
+                _try(
+                    request,
+                    lambda r=deleted: services.team_member_remove(
+                        actor=request.user, team=team, user=r.user
+                    ),
+                )
+            else:
+                messages.error(request, "Roles are not deleted: change what they allow instead.")
+        for row_form in formset.forms:
+            if not row_form.has_changed() or row_form in formset.deleted_forms:
+                continue
+            row: Any = row_form.instance
+            if isinstance(row, Membership):
+                _try(
+                    request,
+                    lambda r=row: services.team_member_set(
+                        actor=request.user, team=team, user=r.user, level=r.level
+                    ),
+                )
+            elif isinstance(row, TeamRole) and row._state.adding:
+                _try(
+                    request,
+                    lambda r=row: services.role_create(
+                        actor=request.user,
+                        team=team,
+                        name=r.name,
+                        description=r.description,
+                        allows_read=r.allows_read,
+                        allows_write=r.allows_write,
+                        allows_connect=r.allows_connect,
+                    ),
+                )
+            elif isinstance(row, TeamRole):
+                _try(
+                    request,
+                    lambda r=row, f=row_form: services.role_update(
+                        actor=request.user,
+                        role=r,
+                        changes={name: getattr(r, name) for name in f.changed_data},
+                    ),
+                )
+
+    def response_add(
+        self, request: HttpRequest, obj: Team, post_url_continue: Any = None
+    ) -> HttpResponse:
+        if getattr(request, "_toolroom_save_failed", False):
+            return HttpResponseRedirect(request.path)
+        return super().response_add(request, obj, post_url_continue)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        context = dict(extra_context or {})
+        team = self.get_object(request, object_id)
+        if team is not None:
+            context["team_grants"] = list(
+                Grant.objects.filter(team=team, revoked_at__isnull=True).select_related(
+                    "server", "tool", "role"
+                )[:500]
+            )
+            context["team_agents"] = agent_tokens_with_last_use(
+                list(AgentToken.objects.filter(team=team).select_related("role")[:500])
+            )
+            context["team_pending_requests"] = list(
+                AccessRequest.objects.pending()
+                .filter(team=team)
+                .select_related("server", "tool", "role", "requested_by")[:200]
+            )
+        return super().change_view(request, object_id, form_url, context)
+
+
+def _try(request: HttpRequest, call: Any) -> None:
+    with contextlib.suppress(_ServiceFailed):
+        _run(request, call)
+
+
+class GrantAddForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Grant
+        fields = ["team", "server", "tool", "role", "expires_at", "note"]
+
+
+class RevokeForm(forms.Form):
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+
+
+@admin.register(Grant)
+class GrantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = GrantAddForm
+    list_display = ["team", "server", "tool", "role", "expires_at", "granted_by_label", "state"]
+    list_filter = ["team", "server", ("revoked_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["team", "server", "tool", "role"]
+    search_fields = ["team__slug", "server__slug", "tool__name"]
+    autocomplete_fields = ["server", "tool"]
+    actions = ["revoke_selected"]
+
+    @admin.display(description="State")
+    def state(self, obj: Grant) -> str:
+        if obj.revoked_at:
+            return "revoked"
+        return "active" if obj.is_active else "expired"
+
+    def has_change_permission(self, request: HttpRequest, obj: Grant | None = None) -> bool:
+        return obj is None and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Grant | None = None) -> bool:
+        return False  # revoked, never deleted: the trail stays
+
+    def save_model(self, request: HttpRequest, obj: Grant, form: Any, change: bool) -> None:
+        try:
+            created = _run(
+                request,
+                lambda: services.grant_create(
+                    actor=request.user,
+                    team=obj.team,
+                    server=obj.server,
+                    tool=obj.tool,
+                    role=obj.role,
+                    expires_at=obj.expires_at,
+                    note=obj.note,
+                ),
+            )
+        except _ServiceFailed:
+            request._toolroom_save_failed = True  # type: ignore[attr-defined]
+            return
+        obj.pk = created.pk
+
+    def response_add(
+        self, request: HttpRequest, obj: Grant, post_url_continue: Any = None
+    ) -> HttpResponse:
+        if getattr(request, "_toolroom_save_failed", False):
+            return HttpResponseRedirect(request.path)
+        return super().response_add(request, obj, post_url_continue)
+
+    @admin.action(description="Revoke selected grants")
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Grant]) -> Any:
+        if not request.user.has_perm("teams.change_grant"):
+            raise PermissionDenied
+        grants = list(
+            queryset.filter(revoked_at__isnull=True).select_related(
+                "team", "server", "tool", "role"
+            )
+        )
+        if "confirm" in request.POST:
+            form = RevokeForm(request.POST)
+            if form.is_valid():
+                done = 0
+                for grant in grants:
+                    try:
+                        _run(
+                            request,
+                            lambda g=grant: services.grant_revoke(
+                                actor=request.user, grant=g, reason=form.cleaned_data["reason"]
+                            ),
+                        )
+                    except _ServiceFailed:
+                        continue
+                    done += 1
+                self.message_user(request, f"Revoked {done} grant(s).", messages.SUCCESS)
+                return None
+        return TemplateResponse(
+            request,
+            "admin/teams/confirm_action.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": "Revoke grants",
+                "items": grants,
+                "form": RevokeForm(),
+                "action": "revoke_selected",
+                "submit_label": "Revoke",
+            },
+        )
+
+
+class DecisionForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="Required to deny; a note when approving.",
+    )
+    expires_at = forms.DateTimeField(
+        required=False,
+        help_text="Approving: an expiry shorter than the team wished (empty: as wished).",
+    )
+
+
+@admin.register(AccessRequest)
+class AccessRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    change_form_template = "admin/teams/accessrequest/change_form.html"
+    list_display = ["__str__", "role", "state", "wished_expires_at", "requested_by", "created_at"]
+    list_filter = ["state", "team", "server"]
+    list_select_related = ["team", "server", "tool", "role", "requested_by"]
+    search_fields = ["team__slug", "server__slug", "tool__name", "justification"]
+    actions = ["approve_selected", "deny_selected"]
+    readonly_fields = (
+        "team",
+        "server",
+        "tool",
+        "role",
+        "justification",
+        "wished_expires_at",
+        "state",
+        "waiting_for",
+        "requested_by",
+        "created_at",
+        "decided_at",
+        "decided_by_label",
+        "decision_reason",
+        "grant",
+    )
+    fields = readonly_fields
+
+    @admin.display(description="Waiting for")
+    def waiting_for(self, obj: AccessRequest) -> str:
+        return services.access_request_waiting_for(obj) or "-"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # teams ask through the API
+
+    def has_delete_permission(self, request: HttpRequest, obj: AccessRequest | None = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path(
+                "<path:object_id>/decide/<str:decision>/",
+                self.admin_site.admin_view(self.decide_view),
+                name="teams_accessrequest_decide",
+            ),
+            *super().get_urls(),
+        ]
+
+    def decide_view(self, request: HttpRequest, object_id: str, decision: str) -> HttpResponse:
+        if decision not in ("approve", "deny") or not self.has_change_permission(request):
+            raise PermissionDenied
+        get_object_or_404(AccessRequest, pk=object_id)
+        response = self._decide(
+            request,
+            AccessRequest.objects.filter(pk=object_id),
+            approve=decision == "approve",
+            bulk=False,
+        )
+        assert response is not None  # noqa: S101 (one by one always answers with a page)
+        return response
+
+    def _decide(
+        self, request: HttpRequest, queryset: QuerySet[AccessRequest], *, approve: bool, bulk: bool
+    ) -> HttpResponse | None:
+        pending = list(
+            queryset.filter(state=AccessRequestState.PENDING).select_related(
+                "team", "server", "tool", "role"
+            )
+        )
+        if "confirm" in request.POST:
+            form = DecisionForm(request.POST)
+            if form.is_valid():
+                result = services.access_requests_decide_bulk(
+                    actor=request.user,
+                    requests=pending,
+                    approve=approve,
+                    reason=form.cleaned_data["reason"] or "",
+                    expires_at=form.cleaned_data["expires_at"],
+                )
+                verb = "Approved" if approve else "Denied"
+                if result.done:
+                    self.message_user(
+                        request, f"{verb} {len(result.done)} request(s).", messages.SUCCESS
+                    )
+                for item, why in result.skipped:
+                    self.message_user(request, f"{item}: {why}", messages.WARNING)
+                if bulk:
+                    return None
+                return HttpResponseRedirect(reverse("admin:teams_accessrequest_changelist"))
+        else:
+            form = DecisionForm()
+        return TemplateResponse(
+            request,
+            "admin/teams/confirm_action.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": ("Approve" if approve else "Deny") + " access requests",
+                "items": pending,
+                "form": form,
+                "action": ("approve_selected" if approve else "deny_selected") if bulk else "",
+                "submit_label": "Approve" if approve else "Deny",
+            },
+        )
+
+    @admin.action(description="Approve selected requests", permissions=["change"])
+    def approve_selected(self, request: HttpRequest, queryset: QuerySet[AccessRequest]) -> Any:
+        return self._decide(request, queryset, approve=True, bulk=True)
+
+    @admin.action(description="Deny selected requests", permissions=["change"])
+    def deny_selected(self, request: HttpRequest, queryset: QuerySet[AccessRequest]) -> Any:
+        return self._decide(request, queryset, approve=False, bulk=True)
+
+
+class AgentTokenAddForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = AgentToken
+        fields = ["team", "role", "name", "expires_at", "declared_servers"]
+
+
+@admin.register(AgentToken)
+class AgentTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = AgentTokenAddForm
+    list_display = ["name", "team", "role", "prefix", "expires_at", "revoked_at", "last_used_at"]
+    list_filter = ["team", ("revoked_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["team", "role"]
+    search_fields = ["name", "prefix", "team__slug"]
+    actions = ["revoke_selected"]
+
+    def has_change_permission(self, request: HttpRequest, obj: AgentToken | None = None) -> bool:
+        return obj is None and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: AgentToken | None = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: AgentToken, form: Any, change: bool) -> None:
+        try:
+            created = _run(
+                request,
+                lambda: services.agent_token_create(
+                    actor=request.user,
+                    team=obj.team,
+                    role=obj.role,
+                    name=obj.name,
+                    expires_at=obj.expires_at,
+                    declared_servers=obj.declared_servers,
+                ),
+            )
+        except _ServiceFailed:
+            request._toolroom_save_failed = True  # type: ignore[attr-defined]
+            return
+        obj.pk = created.token.pk
+        request._toolroom_new_token = created.plain  # type: ignore[attr-defined]
+
+    def response_add(
+        self, request: HttpRequest, obj: AgentToken, post_url_continue: Any = None
+    ) -> HttpResponse:
+        plain = getattr(request, "_toolroom_new_token", None)
+        if plain is None:
+            return HttpResponseRedirect(request.path)
+        # Shown on this page only: never put in a message (cookie or session) or a log.
+        return TemplateResponse(
+            request,
+            "admin/teams/agenttoken/created.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": f"Agent token {obj.name} created",
+                "token": obj,
+                "plain": plain,
+            },
+        )
+
+    @admin.action(description="Revoke selected agent tokens", permissions=["change"])
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> Any:
+        done = 0
+        for token in queryset.filter(revoked_at__isnull=True):
+            try:
+                _run(
+                    request,
+                    lambda t=token: services.agent_token_revoke(actor=request.user, token=t),
+                )
+            except _ServiceFailed:
+                continue
+            done += 1
+        self.message_user(request, f"Revoked {done} agent token(s).", messages.SUCCESS)

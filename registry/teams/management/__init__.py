@@ -1,0 +1,1 @@
+"""Management commands for operators who script teams, grants and agent tokens."""

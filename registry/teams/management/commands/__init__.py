@@ -1,0 +1,1 @@
+"""`create_team`, `grant`, `create_agent_token` and `load_demo_teams`."""
