@@ -54,7 +54,7 @@ def quickstart_processes(*, port: int) -> list[ChildSpec]:
     """
     web = [PYTHON, "-m", "uvicorn", "registry.asgi:application"]
     web += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-    celery = [PYTHON, "-m", "celery", "-A", "workers"]
+    celery = [PYTHON, "-m", "celery", "-A", "workers", "--quiet"]
     worker = [
         *celery,
         "worker",
@@ -188,14 +188,51 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _manage(env: dict[str, str], *args: str) -> None:
+def _manage(env: dict[str, str], *args: str, capture: bool = False) -> str:
     command = [PYTHON, "manage.py", *args]
-    result = subprocess.run(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, check=False)
+    result = subprocess.run(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if capture else None,
+        text=True,
+        check=False,
+    )
     if result.returncode != 0:
         raise SystemExit(
             f"`python manage.py {' '.join(args)}` failed (exit code {result.returncode}); "
             "its message is above."
         )
+    return result.stdout or ""
+
+
+def _discover_demo(env: dict[str, str]) -> None:
+    """Discover the demo's local servers now, so their tools are there at the first look.
+
+    The worker would do it within a minute; a failure here is reported, not fatal.
+    """
+    command = [PYTHON, "manage.py", "mcp", "discover", "time", "git", "--inline"]
+    result = subprocess.run(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        print("Discovering the demo servers failed; the worker will try again:", file=sys.stderr)
+        print((result.stdout + result.stderr).strip()[-2000:], file=sys.stderr, flush=True)
+
+
+def _shown(path: Path) -> Path:
+    """A path relative to the repository where it is inside it."""
+    try:
+        return path.resolve().relative_to(ROOT)
+    except ValueError:
+        return path
 
 
 def _database_label(env: dict[str, str]) -> str:
@@ -275,7 +312,20 @@ def main() -> int:
     print(f"Preparing the database ({_database_label(env)}) and demo data...", flush=True)
     _manage(env, "migrate", "--no-input", "--verbosity", "0")
     _manage(env, "load_demo")
+    _discover_demo(env)
+    _manage(env, "load_demo", "--approve-read-tools")
     _manage(env, "quickstart_admin", "--url", f"http://127.0.0.1:{port}/admin/")
+    token = _manage(env, "load_demo_teams", capture=True).strip()
+    base = f"http://127.0.0.1:{port}"
+    token_file = _shown(Path(env.get("TOOLROOM_DATA_DIR") or ROOT / "var") / "demo-agent-token")
+    print(
+        f"The demo agent's token (team 'demo', role 'operations'; kept in {token_file}):\n"
+        f"  {token}\n"
+        "Its catalogue:\n"
+        f'  curl -H "Authorization: Bearer $(cat {token_file})" {base}/api/v1/catalogue\n'
+        f"API docs: {base}/api/docs/",
+        flush=True,
+    )
 
     print(f"Starting Toolroom on http://127.0.0.1:{port}/ ...", flush=True)
     supervisor = Supervisor(quickstart_processes(port=port), env)

@@ -163,7 +163,7 @@ def test_the_quickstart_serves_the_asgi_app_on_loopback_only():
     # One worker takes both queues with the threads pool, so it also holds warm runtimes.
     assert worker.argv[worker.argv.index("-Q") + 1] == "toolroom,runtime"
     assert worker.argv[worker.argv.index("-P") + 1] == "threads"
-    assert beat.argv[1:6] == ["-m", "celery", "-A", "workers", "beat"]
+    assert beat.argv[1:7] == ["-m", "celery", "-A", "workers", "--quiet", "beat"]
 
 
 def test_the_quickstart_discovers_and_checks_the_demo_servers(tmp_path):

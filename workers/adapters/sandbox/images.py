@@ -41,7 +41,7 @@ DEBIAN_SUITE = "bookworm"
 # The Python of the base image: wheels are fetched for it.
 BASE_PYTHON = (3, 11)
 # Bump when a recipe below changes in a way its inputs do not show.
-RECIPE_VERSION = "2"
+RECIPE_VERSION = "3"  # 3: dependencies resolved for the image's own Python
 
 LABEL_INPUTS = "io.toolroom.image-inputs"
 LABEL_COMMANDS = "io.toolroom.commands"
@@ -372,17 +372,78 @@ def _host_python(host_python: str) -> str:
     )
 
 
-def _fetch_wheels(requirements: Sequence[str], into: Path, *, host_python: str, say: Say) -> None:
-    """Wheels for `requirements` and everything they need, plus pip itself to install them."""
+# Every manylinux tag a glibc 2.36 system (Debian bookworm, the base image) accepts: pip does not
+# widen a --platform it is given, so the whole list is spelled out.
+_MANYLINUX_PLATFORMS = (
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)),
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+)
+_python_versions: dict[str, str] = {}
+
+
+def _image_python_version(engine: Engine, image: str) -> str:
+    """The exact Python version in `image` (e.g. 3.11.2), asked once per image id."""
+    image_id = image_digest(engine, image) or image
+    if image_id not in _python_versions:
+        try:
+            output = engine.containers.run(
+                image,
+                ["python3", "-c", "import platform; print(platform.python_version())"],
+                remove=True,
+                network_mode="none",
+                user=NOBODY,
+            )
+        except docker.errors.DockerException as exc:
+            raise ImageBuildError(f"Could not ask {image} for its Python version: {exc}") from exc
+        _python_versions[image_id] = bytes(output).decode().strip()
+    return _python_versions[image_id]
+
+
+def _fetch_wheels(
+    requirements: Sequence[str],
+    into: Path,
+    *,
+    host_python: str,
+    say: Say,
+    target_python: str = "",
+) -> None:
+    """Wheels for `requirements` and everything they need, plus pip itself to install them.
+
+    Dependencies are resolved for the image's exact Python (`target_python`): a host Python of
+    the same minor version may accept releases the image's older micro version does not (a
+    package requiring 3.11.5 where the image has Debian's 3.11.2). Resolving for another Python
+    needs wheels only; a requirement that ships none falls back to building wheels on the host.
+    """
     python = _host_python(host_python)
     say(f"fetching wheels for {', '.join(requirements)} on the host")
-    _run(
-        [
-            python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-            "--wheel-dir", str(into), *requirements,
-        ],
-        step="pip wheel",
-    )  # fmt: skip
+    resolved_for_image = False
+    if target_python:
+        platforms = [arg for tag in _MANYLINUX_PLATFORMS for arg in ("--platform", tag)]
+        try:
+            _run(
+                [
+                    python, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                    "--only-binary=:all:", "--python-version", target_python,
+                    "--implementation", "cp", *platforms, "--dest", str(into), *requirements,
+                ],
+                step="pip download (wheels for the image's Python)",
+            )  # fmt: skip
+            resolved_for_image = True
+        except ImageBuildError:
+            say(
+                f"not every requirement has a wheel for Python {target_python}; building wheels "
+                "on the host instead"
+            )
+    if not resolved_for_image:
+        _run(
+            [
+                python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                "--wheel-dir", str(into), *requirements,
+            ],
+            step="pip wheel",
+        )  # fmt: skip
     pip_version = _run(
         [python, "-c", "import pip; print(pip.__version__)"], step="pip's version"
     ).strip()
@@ -450,10 +511,11 @@ def build_python_image(
     """
     engine = engine or connect_engine()
     files = dict(files or {})
+    base_id = _base_id(engine, base)
     inputs = {
         "recipe": RECIPE_VERSION,
         "kind": "python",
-        "base": _base_id(engine, base),
+        "base": base_id,
         "requirements": list(requirements),
         "files": {path: hashlib.sha256(data).hexdigest() for path, data in files.items()},
         "root_commands": [list(argv) for argv in root_commands],
@@ -467,7 +529,13 @@ def build_python_image(
     with tempfile.TemporaryDirectory(prefix="toolroom-wheels-") as scratch:
         wheels = Path(scratch) / "wheels"
         wheels.mkdir()
-        _fetch_wheels(requirements, wheels, host_python=host_python, say=say)
+        _fetch_wheels(
+            requirements,
+            wheels,
+            host_python=host_python,
+            say=say,
+            target_python=_image_python_version(engine, base_id),
+        )
         pip_wheel = next((wheels / "_pip").glob("pip-*.whl")).name
         commands = _console_scripts(wheels, console_scripts_of) if console_scripts_of else ()
         context = _Context(folders={"wheels": wheels})

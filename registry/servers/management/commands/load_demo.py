@@ -22,7 +22,7 @@ from registry.servers.importing import (
     import_plan,
 )
 from registry.servers.importing.report import problem_lines
-from registry.servers.models import McpServer, ReviewStatus
+from registry.servers.models import ApprovalState, McpServer, PermissionClass, ReviewStatus, Tool
 
 DEMO_FILE = Path(__file__).resolve().parents[2] / "demo" / "servers.yaml"
 ACTOR = "system:demo"
@@ -47,8 +47,23 @@ class Command(BaseCommand):
             action="store_true",
             help="Also update existing demo servers and categories to the demo definitions.",
         )
+        parser.add_argument(
+            "--approve-read-tools",
+            action="store_true",
+            help="Only approve, as the demo's reviewer, the discovered read-only tools of the "
+            "approved demo servers that the scanner did not flag (make run does this after "
+            "discovering them), so the demo agent's catalogue is not empty.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["approve_read_tools"]:
+            approved = _approve_read_tools()
+            self.stdout.write(
+                f"Approved as the demo's reviewer: {', '.join(approved)}."
+                if approved
+                else "No demo tools waiting for approval."
+            )
+            return
         environ = {
             **os.environ,
             "TOOLROOM_PYTHON": sys.executable,
@@ -78,6 +93,24 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"Demo data: {result.summary()}"))
         if reviewed:
             self.stdout.write(f"Approved as the demo's reviewer: {', '.join(reviewed)}.")
+
+
+def _approve_read_tools() -> list[str]:
+    """Read-only tools without findings of the approved demo servers, at their current hash."""
+    tools = Tool.objects.filter(
+        server__slug__in=APPROVED,
+        server__review_status=ReviewStatus.APPROVED,
+        removed_at__isnull=True,
+        permission_class=PermissionClass.READ,
+        findings=[],
+    ).select_related("server")
+    approved = []
+    for tool in tools:
+        if tool.is_approved or tool.approval_state != ApprovalState.UNAPPROVED:
+            continue  # approved already, or an admin's decision (revoked, changed) stands
+        services.tool_approve(actor=ACTOR, tool=tool, note="Demo data: a read-only tool.")
+        approved.append(str(tool))
+    return approved
 
 
 def _review(result: ImportResult) -> list[str]:
