@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -77,3 +78,28 @@ def sse_scenario_server() -> Iterator[RunningServer]:
     server = start_http_scenario(sse=True)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def server_everything():
+    """The reference npm server (TypeScript SDK 1.x, protocol 2025-11-25), installed once."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.fail("Node.js and npm are needed for the npm reference server (CI has Node 20).")
+    prefix = Path(__file__).resolve().parent.parent / "var" / "test-npm"
+    entry = prefix / "node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+    if not entry.exists():
+        subprocess.run(
+            [
+                "npm",
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                str(prefix),
+                "@modelcontextprotocol/server-everything@2026.8.31",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    return ["node", str(entry), "stdio"]

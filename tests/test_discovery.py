@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +15,11 @@ from registry.servers.models import ApprovalState, DiscoveryStatus, ServerStatus
 from registry.servers.policy import TrustTier
 from tests.discovery_helpers import discover_inline
 from tests.factories import McpServerFactory
-from tests.mcp_fixtures import scenario_argv, start_http_scenario
+from tests.mcp_fixtures import (
+    scenario_argv,
+    server_everything,  # noqa: F401 - a fixture
+    start_http_scenario,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -206,32 +208,7 @@ def test_it_discovers_the_published_time_and_git_servers():
     )
 
 
-@pytest.fixture(scope="session")
-def server_everything():
-    """The reference npm server (TypeScript SDK 1.x, protocol 2025-11-25), installed once."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.fail("Node.js and npm are needed for the npm reference server (CI has Node 20).")
-    prefix = REPO / "var" / "test-npm"
-    entry = prefix / "node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-    if not entry.exists():
-        subprocess.run(
-            [
-                "npm",
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                str(prefix),
-                "@modelcontextprotocol/server-everything@2026.8.31",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
-    return ["node", str(entry), "stdio"]
-
-
-def test_it_discovers_an_npm_server_on_the_older_protocol(server_everything):
+def test_it_discovers_an_npm_server_on_the_older_protocol(server_everything):  # noqa: F811
     server = McpServerFactory(command=server_everything)
     run = discover_inline(server)
     assert run.status == DiscoveryStatus.SUCCEEDED, run.error

@@ -20,7 +20,11 @@ from registry.servers.launch import server_launch_plan
 from registry.servers.models import CircuitState, Health, HealthSample, ServerStatus
 from registry.servers.signals import server_visibility_changed
 from tests.factories import McpServerFactory
-from tests.mcp_fixtures import scenario_argv, start_http_scenario
+from tests.mcp_fixtures import (
+    scenario_argv,
+    server_everything,  # noqa: F401 - a fixture
+    start_http_scenario,
+)
 from workers.health import check_plans
 
 pytestmark = pytest.mark.django_db
@@ -181,4 +185,28 @@ def test_ping_is_used_only_where_the_protocol_has_it():
     # The scenario server negotiates 2026-07-28 (no ping): the check falls back to tools/list.
     server = _server(command=scenario_argv(), health_check_method="ping")
     [result] = anyio.run(lambda: check_plans([server_launch_plan(server=server)], concurrency=1))
+    assert result.ok, result.error
+
+
+def _check_one(server):
+    [result] = anyio.run(lambda: check_plans([server_launch_plan(server=server)], concurrency=1))
+    return result
+
+
+@pytest.mark.parametrize("recorded", ["2026-07-28", "2025-11-25", "", "1999-01-01"])
+def test_a_check_opens_its_session_at_the_version_discovery_recorded(recorded):
+    # The scenario server speaks both generations: every pinned mode, and negotiation, work.
+    server = _server(command=scenario_argv())
+    ServerStatus.objects.filter(server=server).update(protocol_version=recorded)
+    result = _check_one(server)
+    assert result.ok, result.error
+
+
+def test_a_server_that_changed_its_protocol_is_still_checked(server_everything):  # noqa: F811
+    # The npm reference server speaks only the handshake; the record says otherwise.
+    server = _server(
+        command=server_everything, health_check_timeout_seconds=20, health_check_interval_seconds=60
+    )
+    ServerStatus.objects.filter(server=server).update(protocol_version="2026-07-28")
+    result = _check_one(server)
     assert result.ok, result.error

@@ -10,7 +10,14 @@ from django.conf import settings
 from registry.servers.health import HealthResult, health_record
 from registry.servers.launch import LaunchPlan, server_launch_plan
 from registry.servers.models import McpServer
-from workers.adapters.mcp_client import McpConnection, McpFailure, connect, elapsed_ms
+from workers.adapters.mcp_client import (
+    McpConnection,
+    McpFailure,
+    Target,
+    connect,
+    elapsed_ms,
+    mode_for,
+)
 from workers.launch import health_deadlines, target_for
 
 
@@ -37,6 +44,11 @@ async def probe(connection: McpConnection, plan: LaunchPlan) -> None:
         await connection.list_tools()
 
 
+async def _connect_and_probe(target: Target, plan: LaunchPlan, mode: str) -> None:
+    async with connect(target, deadlines=health_deadlines(plan), mode=mode) as connection:
+        await probe(connection, plan)
+
+
 async def check_plan(plan: LaunchPlan) -> HealthResult:
     """Connect, probe and close, all within the server's health-check timeout."""
     timeout = float(plan.health_check_timeout_seconds)
@@ -47,10 +59,17 @@ async def check_plan(plan: LaunchPlan) -> HealthResult:
     except McpFailure as failure:
         return HealthResult(plan.server_id, ok=False, error=failure.describe())
     start = time.perf_counter()
+    # The version the last discovery negotiated, adopted without a probe: one request less.
+    mode = mode_for(plan.protocol_version)
     try:
         with anyio.fail_after(timeout + 1):
-            async with connect(target, deadlines=health_deadlines(plan)) as connection:
-                await probe(connection, plan)
+            try:
+                await _connect_and_probe(target, plan, mode)
+            except McpFailure as failure:
+                if mode == "auto" or failure.kind != "protocol":
+                    raise
+                # The server no longer speaks what it negotiated before: negotiate again.
+                await _connect_and_probe(target, plan, "auto")
     except McpFailure as failure:
         return HealthResult(
             plan.server_id, ok=False, latency_ms=elapsed_ms(start), error=failure.describe()

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from registry.servers.models import McpServer
+from registry.servers.models import McpServer, ServerStatus
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class LaunchPlan:
     health_check_arguments: dict[str, Any] = field(default_factory=dict)
     health_check_timeout_seconds: int = 10
     discovery_timeout_seconds: int = 60
+    # What the last discovery negotiated: health checks open sessions at it without probing.
+    protocol_version: str = ""
     restart_policy: str = "on_failure"
     restart_max_attempts: int = 3
     auto_start: bool = False
@@ -48,6 +50,14 @@ class LaunchPlan:
     @property
     def sandboxed(self) -> bool:
         return self.isolation == "sandbox"
+
+
+def _negotiated_version(server: McpServer) -> str:
+    try:
+        status = server.status
+    except ServerStatus.DoesNotExist:
+        return ""
+    return status.protocol_version
 
 
 def server_launch_plan(*, server: McpServer) -> LaunchPlan:
@@ -77,6 +87,7 @@ def server_launch_plan(*, server: McpServer) -> LaunchPlan:
         health_check_arguments=dict(server.health_check_arguments or {}),
         health_check_timeout_seconds=server.health_check_timeout_seconds,
         discovery_timeout_seconds=settings.TOOLROOM_DISCOVERY_TIMEOUT_SECONDS,
+        protocol_version=_negotiated_version(server),
         restart_policy=server.restart_policy,
         restart_max_attempts=server.restart_max_attempts,
         auto_start=server.auto_start,
