@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import _common as common
@@ -178,6 +180,27 @@ def register(servers: int, port: int) -> None:
         batch_size=500,
     )
     ServerStatus.objects.bulk_create([ServerStatus(server=row) for row in rows], batch_size=500)
+    record_negotiated_protocol(rows[0])
+
+
+def record_negotiated_protocol(first: Any) -> None:
+    """In production every server is discovered before it is checked, and checks reuse the
+    protocol version discovery negotiated. Discover the first server through the real path;
+    the others are the same server by construction, so they get the same version."""
+    from registry.servers.discovery import discovery_claim, discovery_record, discovery_request
+    from registry.servers.launch import server_launch_plan
+    from registry.servers.models import ServerStatus
+    from workers.discovery import discover_plan
+
+    run = discovery_request(server=first, actor="bench", trigger="bench")
+    claimed = discovery_claim(run_id=run.pk)
+    if claimed is None:
+        raise RuntimeError("could not claim the bench discovery")
+    outcome = anyio.run(discover_plan, server_launch_plan(server=first))
+    if not outcome.ok:
+        raise RuntimeError(f"discovering the first bench server failed: {outcome.error}")
+    discovery_record(run=claimed, outcome=outcome, actor="bench")
+    ServerStatus.objects.update(protocol_version=outcome.protocol_version)
 
 
 def _pg_backends_cpu() -> dict[int, float]:
