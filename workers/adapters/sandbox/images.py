@@ -576,16 +576,39 @@ def build_python_image(
         context.dockerfile += [_dockerfile_run(argv) for argv in root_commands]
         context.dockerfile += [f"ENV PATH=/opt/server/bin:{_PATH_ENV}", f"USER {NOBODY}"]
         default_command = list(command) or _default_command(commands, console_scripts_of)
-        if default_command:
-            context.dockerfile.append("CMD " + json.dumps(default_command))
-        labels = {
-            LABEL_MANAGED: "true",
-            LABEL_ROLE: "server-image",
-            LABEL_INPUTS: json.dumps(inputs, sort_keys=True),
-            LABEL_COMMANDS: json.dumps(list(commands)),
-        }
-        say(f"building {reference} (no network inside the build)")
-        image = _engine_build(engine, context, reference=reference, labels=labels, say=say)
+        return _build_server_image(
+            engine,
+            context,
+            reference=reference,
+            inputs=inputs,
+            commands=commands,
+            default_command=default_command,
+            say=say,
+        )
+
+
+def _build_server_image(
+    engine: Engine,
+    context: _Context,
+    *,
+    reference: str,
+    inputs: Mapping[str, Any],
+    commands: Sequence[str],
+    default_command: Sequence[str],
+    say: Say,
+) -> ImageRef:
+    """Finish a server image's recipe (its default command, the labels that describe it) and
+    build it with no network inside."""
+    if default_command:
+        context.dockerfile.append("CMD " + json.dumps(list(default_command)))
+    labels = {
+        LABEL_MANAGED: "true",
+        LABEL_ROLE: "server-image",
+        LABEL_INPUTS: json.dumps(inputs, sort_keys=True),
+        LABEL_COMMANDS: json.dumps(list(commands)),
+    }
+    say(f"building {reference} (no network inside the build)")
+    image = _engine_build(engine, context, reference=reference, labels=labels, say=say)
     say(f"{reference} built ({image.id[:19]})")
     return _image_ref(image, reference, built=True)
 
@@ -683,19 +706,15 @@ def _build_npm_image(
             f"ENV PATH=/opt/server/node_modules/.bin:{_PATH_ENV}",
             f"USER {NOBODY}",
         ]
-        default_command = _default_command(commands, identifier)
-        if default_command:
-            context.dockerfile.append("CMD " + json.dumps(default_command))
-        labels = {
-            LABEL_MANAGED: "true",
-            LABEL_ROLE: "server-image",
-            LABEL_INPUTS: json.dumps(inputs, sort_keys=True),
-            LABEL_COMMANDS: json.dumps(list(commands)),
-        }
-        say(f"building {reference} (no network inside the build)")
-        image = _engine_build(engine, context, reference=reference, labels=labels, say=say)
-    say(f"{reference} built ({image.id[:19]})")
-    return _image_ref(image, reference, built=True)
+        return _build_server_image(
+            engine,
+            context,
+            reference=reference,
+            inputs=inputs,
+            commands=commands,
+            default_command=_default_command(commands, identifier),
+            say=say,
+        )
 
 
 # --- The egress proxy ----------------------------------------------------------------------------
