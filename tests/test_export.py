@@ -21,6 +21,7 @@ from registry.servers.importing import (
 )
 from registry.servers.models import Category, McpServer, Transport
 from registry.servers.policy import Isolation, NetworkMode, TrustTier
+from registry.servers.services import SECRET_FIELDS, SERVER_EDITABLE_FIELDS
 from tests.factories import CategoryFactory, McpServerFactory
 
 pytestmark = pytest.mark.django_db
@@ -61,6 +62,12 @@ COMPARED_FIELDS = [
     "restart_policy",
     "restart_max_attempts",
 ]
+
+
+def test_the_round_trip_compares_every_field_an_admin_can_set():
+    # A field added to the model (and to what services accept) must be exported and compared
+    # too; slug and category are matched separately, env and headers are secrets (tested apart).
+    assert set(COMPARED_FIELDS) == SERVER_EDITABLE_FIELDS - SECRET_FIELDS - {"slug", "category"}
 
 
 def _registry():
