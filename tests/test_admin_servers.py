@@ -252,3 +252,40 @@ def test_people_without_admin_access_are_sent_to_log_in(client, charlie):
     response = client.get(reverse(CHANGELIST))
     assert response.status_code == 302
     assert "/login/" in response["Location"]
+
+
+def test_renaming_a_category_is_audited_and_reaches_the_catalogues(
+    client, alice, django_capture_on_commit_callbacks
+):
+    from registry.servers.models import Category
+    from registry.servers.signals import server_visibility_changed
+
+    client.force_login(alice)
+    client.post(
+        reverse("admin:servers_category_add"), {"slug": "dev", "name": "Dev", "description": ""}
+    )
+    category = Category.objects.get(slug="dev")
+    server = McpServerFactory(category=category)
+    received = []
+
+    def receiver(sender, server_ids, reason, **kwargs):
+        received.append((server_ids, reason))
+
+    server_visibility_changed.connect(receiver)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            client.post(
+                reverse("admin:servers_category_change", args=[category.pk]),
+                {"name": "Developer tools", "description": "Git and friends."},
+            )
+    finally:
+        server_visibility_changed.disconnect(receiver)
+
+    category.refresh_from_db()
+    assert (category.slug, category.name) == ("dev", "Developer tools")
+    assert received == [([server.pk], "category.updated")]
+    assert list(
+        AuditEvent.objects.filter(target_type="category")
+        .values_list("action", flat=True)
+        .order_by("id")
+    ) == ["category.created", "category.updated"]

@@ -21,6 +21,7 @@ from registry.servers.discovery import discovery_request
 from registry.servers.models import (
     ApprovalEndReason,
     ApprovalState,
+    Category,
     McpServer,
     PermissionClass,
     ReviewStatus,
@@ -586,3 +587,50 @@ def tool_set_permission_class(*, actor: Actor, tool: Tool, permission_class: str
     )
     announce_visibility_change(server_ids=[locked.server_id], reason="tool.permission_class_set")
     return locked
+
+
+# --- Categories ----------------------------------------------------------------------------------
+
+
+def _clean_category(category: Category) -> None:
+    try:
+        category.full_clean()
+    except ValidationError as exc:
+        first, messages = next(iter(exc.message_dict.items()))
+        raise ApplicationError(" ".join(messages), field=first) from exc
+
+
+@transaction.atomic
+def category_create(*, actor: Actor, slug: str, name: str, description: str = "") -> Category:
+    category = Category(slug=slug, name=name, description=description)
+    _clean_category(category)
+    category.save()
+    audit_record(
+        actor=actor,
+        action="category.created",
+        target=category,
+        summary=f"Created the category {name}.",
+        after={"slug": slug, "name": name, "description": description},
+    )
+    return category
+
+
+@transaction.atomic
+def category_update(*, actor: Actor, category: Category, name: str, description: str) -> Category:
+    before = {"name": category.name, "description": category.description}
+    category.name, category.description = name, description
+    _clean_category(category)
+    category.save(update_fields=["name", "description"])
+    # Catalogues show the category's name: the servers in it change for agents.
+    announce_visibility_change(
+        server_ids=list(category.servers.values_list("pk", flat=True)), reason="category.updated"
+    )
+    audit_record(
+        actor=actor,
+        action="category.updated",
+        target=category,
+        summary=f"Changed the category {category.slug}.",
+        before=before,
+        after={"name": name, "description": description},
+    )
+    return category

@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from registry.audit.services import Actor, audit_record
+from registry.audit.services import Actor
 from registry.core.errors import ApplicationError
 from registry.servers import services
 from registry.servers.importing.entries import ImportFileError, ImportProblem
@@ -73,13 +72,13 @@ def _apply_categories(
 ) -> dict[str, Category]:
     for plan in plans:
         if plan.action == ImportAction.CREATE:
-            category_create(
+            services.category_create(
                 actor=actor, slug=plan.slug, name=plan.name, description=plan.description
             )
             result.categories_created.append(plan.slug)
         elif plan.action == ImportAction.UPDATE:
             category = Category.objects.select_for_update().get(slug=plan.slug)
-            category_update(
+            services.category_update(
                 actor=actor, category=category, name=plan.name, description=plan.description
             )
             result.categories_updated.append(plan.slug)
@@ -134,43 +133,3 @@ def _apply_entry(
 
 
 # --- Categories (no service of their own yet: created here, validated and audited) ----------
-
-
-def _clean_category(category: Category) -> None:
-    try:
-        category.full_clean()
-    except ValidationError as exc:
-        first, messages = next(iter(exc.message_dict.items()))
-        raise ApplicationError(" ".join(messages), field=first) from exc
-
-
-@transaction.atomic
-def category_create(*, actor: Actor, slug: str, name: str, description: str = "") -> Category:
-    category = Category(slug=slug, name=name, description=description)
-    _clean_category(category)
-    category.save()
-    audit_record(
-        actor=actor,
-        action="category.created",
-        target=category,
-        summary=f"Created the category {name}.",
-        after={"slug": slug, "name": name, "description": description},
-    )
-    return category
-
-
-@transaction.atomic
-def category_update(*, actor: Actor, category: Category, name: str, description: str) -> Category:
-    before = {"name": category.name, "description": category.description}
-    category.name, category.description = name, description
-    _clean_category(category)
-    category.save(update_fields=["name", "description"])
-    audit_record(
-        actor=actor,
-        action="category.updated",
-        target=category,
-        summary=f"Changed the category {category.slug}.",
-        before=before,
-        after={"name": name, "description": description},
-    )
-    return category
