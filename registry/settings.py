@@ -49,6 +49,9 @@ if PROFILE not in PROFILES:
 IS_PRODUCTION = PROFILE == "production"
 
 DATA_DIR = Path(env.str("TOOLROOM_DATA_DIR", default=str(BASE_DIR / "var")))
+if not IS_PRODUCTION and not DATA_DIR.exists():
+    # The quickstart's database, keys and admin password live here: for its owner only.
+    DATA_DIR.mkdir(mode=0o700, parents=True)
 
 
 def _local_secret(name: str, make: Any) -> str:

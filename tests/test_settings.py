@@ -181,6 +181,8 @@ def test_quickstart_generates_its_keys_once_and_reuses_them(tmp_path):
     for name in ("secret_key", "secrets_key"):
         path = tmp_path / "data" / name
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, name
+    # The folder also holds the SQLite database: nobody but its owner may enter it.
+    assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
 
 
 def test_quickstart_keeps_sqlite_and_its_cache_in_the_data_dir(tmp_path):
