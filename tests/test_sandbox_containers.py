@@ -33,11 +33,13 @@ from workers.adapters.sandbox import (
     SandboxTransport,
     build_package_image,
     connect_engine,
+    networks,
     remove_orphans,
+    remove_surplus_egress_networks,
     sandbox_transport,
 )
 from workers.adapters.sandbox.images import LABEL_INPUTS
-from workers.adapters.sandbox.spec import LABEL_OWNER, LABEL_SESSION
+from workers.adapters.sandbox.spec import LABEL_MANAGED, LABEL_OWNER, LABEL_ROLE, LABEL_SESSION
 
 pytestmark = pytest.mark.anyio
 
@@ -246,6 +248,53 @@ async def test_in_bridge_mode_the_host_stays_shut_but_egress_is_open_by_design(
         assert reached == f"connected to {bridge_address}:{bridge_listener.port}"
         assert await call(client, "echo", text="ok") == "ok"
     assert left_behind(engine, transport.session_id) == []
+
+
+async def test_workers_racing_to_create_the_egress_bridge_never_make_it_ambiguous(engine, images):
+    # Docker lets two networks share a name when they are created at the same moment, and then no
+    # container starts on that name ("network ... is ambiguous"): seen in this suite when sessions
+    # started together. Each creation has a name of its own and everyone takes the oldest.
+    for network in networks.egress_networks(engine):
+        networks.remove_network_when_empty(engine, network["Id"])
+    barrier = threading.Barrier(4)
+    chosen: list[str] = []
+
+    def first_use() -> None:
+        own = connect_engine()  # one engine client per worker, as workers have
+        try:
+            barrier.wait()
+            chosen.append(networks.ensure_egress_network(own))
+        finally:
+            own.close()
+
+    racers = [threading.Thread(target=first_use) for _ in range(4)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    made = networks.egress_networks(engine)
+    names = [n["Name"] for n in made]
+    assert len(names) == len(set(names)), names
+    assert set(chosen) <= {n["Id"] for n in made}
+    # Make sure there are surplus ones: a creation that lost the race by a little, and two of one
+    # name, as the old fixed name let a race make (never used: nothing starts on them).
+    labels = {LABEL_MANAGED: "true", LABEL_ROLE: networks.ROLE_EGRESS_NETWORK}
+    for name in ("late", "namesake", "namesake"):
+        engine.api.create_network(f"{networks.EGRESS_NETWORK}-{name}", labels=labels)
+    oldest = networks.egress_networks(engine)[0]
+    assert networks.ensure_egress_network(engine) == oldest["Id"]
+    assert oldest["Name"] not in (f"{networks.EGRESS_NETWORK}-{n}" for n in ("late", "namesake"))
+
+    transport = sandbox_transport(hostile(images, network_mode="bridge"), engine=engine)
+    async with Client(transport) as client:
+        assert await call(client, "echo", text="on the bridge") == "on the bridge"
+        # While a session runs on the oldest bridge, the janitor removes the unused surplus.
+        removed = remove_surplus_egress_networks(engine=engine)
+        expected = [f"network {networks.EGRESS_NETWORK}-{n}" for n in ("late", "namesake") * 2]
+        expected.remove(f"network {networks.EGRESS_NETWORK}-late")
+        assert sorted(line for line in removed if line in expected) == sorted(expected)
+        assert [n["Id"] for n in networks.egress_networks(engine)] == [oldest["Id"]]
+    assert remove_surplus_egress_networks(engine=engine) == []
 
 
 async def test_a_memory_hog_is_oom_killed_and_the_reason_is_clear(engine, images):

@@ -10,6 +10,7 @@ import pytest
 
 from workers.adapters.sandbox import ContainerFate, ContainerSpec, HostMount, SandboxSpecError
 from workers.adapters.sandbox.images import _default_command, _parse_console_scripts, apt_mirror
+from workers.adapters.sandbox.networks import _creation_order
 from workers.adapters.sandbox.spec import (
     LABEL_MANAGED,
     LABEL_OWNER,
@@ -285,3 +286,16 @@ def test_the_image_inputs_hash_is_stable():
     inputs = {"b": [1, 2], "a": "x"}
     assert _inputs_hash(inputs) == _inputs_hash(json.loads(json.dumps(inputs)))
     assert _inputs_hash(inputs) != _inputs_hash(inputs | {"a": "y"})
+
+
+def test_egress_bridges_are_ordered_by_their_creation_time_not_its_text():
+    # The engine writes RFC 3339 with trailing zeros of the fraction dropped, so ".6Z" is later
+    # than ".55Z" although it sorts first as text; a missing fraction is a whole second.
+    networks = [
+        {"Id": "c", "Created": "2026-11-21T23:24:16.6Z"},
+        {"Id": "b", "Created": "2026-11-21T23:24:16.55Z"},
+        {"Id": "a", "Created": "2026-11-21T23:24:16Z"},
+        {"Id": "d", "Created": "2026-11-22T00:24:16.1+01:00"},  # the same instant as "a", +0.1 s
+        {"Id": "e", "Created": "not a time"},
+    ]
+    assert [n["Id"] for n in sorted(networks, key=_creation_order)] == ["a", "d", "b", "c", "e"]

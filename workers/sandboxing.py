@@ -34,6 +34,7 @@ from workers.adapters.sandbox import (
     connect_engine,
     image_digest,
     remove_orphans,
+    remove_surplus_egress_networks,
     sandbox_transport,
 )
 
@@ -49,9 +50,10 @@ def sandbox_owner() -> str:
 
 
 def clean_up_orphans() -> list[str]:
-    """Remove containers and networks a dead worker of this owner left; [] without an engine."""
+    """Remove what dead workers of this owner left, and surplus egress bridges; [] if no engine."""
     try:
-        return remove_orphans(owner_label_value=sandbox_owner())
+        removed = remove_orphans(owner_label_value=sandbox_owner())
+        return removed + remove_surplus_egress_networks()
     except SandboxError:
         return []
 

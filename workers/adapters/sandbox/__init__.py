@@ -21,7 +21,12 @@ from workers.adapters.sandbox.images import (
     build_python_image,
     image_digest,
 )
-from workers.adapters.sandbox.janitor import SandboxStatus, remove_orphans, sandbox_status
+from workers.adapters.sandbox.janitor import (
+    SandboxStatus,
+    remove_orphans,
+    remove_surplus_egress_networks,
+    sandbox_status,
+)
 from workers.adapters.sandbox.spec import NETWORK_MODES, ContainerSpec, HostMount, NetworkMode
 from workers.adapters.sandbox.transport import SandboxTransport, sandbox_transport
 
@@ -48,6 +53,7 @@ __all__ = [
     "engine_version",
     "image_digest",
     "remove_orphans",
+    "remove_surplus_egress_networks",
     "sandbox_status",
     "sandbox_transport",
 ]

@@ -4,7 +4,8 @@ Everything a transport makes is labelled with its owner (a worker's name, by def
 name), the host and the process that made it (pid and start time, so a reused pid is not taken for
 the old one). A worker calls `remove_orphans(owner_label_value=its owner)` when it starts: every
 container and network of that owner whose process is gone is removed. Those of a live process on
-this host (a sibling worker process, or this one) are left alone.
+this host (a sibling worker process, or this one) are left alone. It also calls
+`remove_surplus_egress_networks`, for the extra egress bridges a creation race may leave.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ import docker.errors
 
 from workers.adapters.sandbox.engine import Engine, connect_engine, engine_version
 from workers.adapters.sandbox.images import BASE_IMAGE, NODE_BASE_IMAGE, image_digest
-from workers.adapters.sandbox.networks import EGRESS_NETWORK, remove_network_when_empty
+from workers.adapters.sandbox.networks import (
+    ROLE_EGRESS_NETWORK,
+    remove_network_when_empty,
+    surplus_egress_networks,
+)
 from workers.adapters.sandbox.spec import (
     LABEL_MANAGED,
     LABEL_OWNER,
@@ -95,6 +100,35 @@ def remove_orphans(
     return removed
 
 
+def remove_surplus_egress_networks(*, engine: Engine | None = None) -> list[str]:
+    """Remove the egress bridges a creation race left beside the one in use, if nothing is on them.
+
+    Workers racing to create the shared egress bridge may each make one (see
+    `ensure_egress_network`); all but the oldest are surplus. One still holding a container (a
+    session that started during the race) stays until a later run. Returns "network NAME" lines.
+    """
+    own_engine = engine is None
+    engine = engine or connect_engine()
+    removed: list[str] = []
+    try:
+        for network in surplus_egress_networks(engine):
+            try:
+                if engine.api.inspect_network(network["Id"]).get("Containers"):
+                    continue
+                engine.api.remove_network(network["Id"])
+            except docker.errors.NotFound:
+                continue
+            except docker.errors.APIError as exc:
+                if exc.status_code in (403, 409):  # a container joined it meanwhile: next time
+                    continue
+                raise
+            removed.append(f"network {network['Name']}")
+    finally:
+        if own_engine:
+            engine.close()
+    return removed
+
+
 @dataclass(frozen=True)
 class SandboxContainer:
     name: str
@@ -136,7 +170,8 @@ def sandbox_status(*, engine: Engine | None = None) -> SandboxStatus:
         networks = [
             str(n["Name"])
             for n in engine.api.networks(filters={"label": f"{LABEL_MANAGED}=true"})
-            if n["Name"] == EGRESS_NETWORK or LABEL_SESSION in (n.get("Labels") or {})
+            if (n.get("Labels") or {}).get(LABEL_ROLE) == ROLE_EGRESS_NETWORK
+            or LABEL_SESSION in (n.get("Labels") or {})
         ]
         return SandboxStatus(
             engine=engine_version(engine), images=images, containers=containers, networks=networks

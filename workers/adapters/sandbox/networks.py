@@ -8,20 +8,26 @@
   shared egress bridge. The server is told the proxy's address in HTTP(S)_PROXY; the proxy lets
   through only the server's allowlist.
 - bridge: the shared egress bridge (a user-defined bridge with inter-container traffic off):
-  unrestricted egress, for tiers that may have it.
+  unrestricted egress, for tiers that may have it. It is named `toolroom-egress-<random>` and
+  found by its label, so that two workers creating it at once never make a name two networks share.
 
 These functions call the engine synchronously; the transport runs them in worker threads.
 """
 
 from __future__ import annotations
 
+import re
+import secrets
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import docker.errors
 
 from workers.adapters.sandbox.engine import Engine
+from workers.adapters.sandbox.errors import SandboxError
 from workers.adapters.sandbox.spec import (
     LABEL_MANAGED,
     LABEL_ROLE,
@@ -29,7 +35,8 @@ from workers.adapters.sandbox.spec import (
     hardened_host_config,
 )
 
-EGRESS_NETWORK = "toolroom-egress"
+EGRESS_NETWORK = "toolroom-egress"  # the prefix of the egress bridge's name
+ROLE_EGRESS_NETWORK = "egress-network"
 PROXY_PORT = 3128
 PROXY_ALIAS = "egress-proxy"
 PROXY_MEMORY_MB = 64
@@ -59,31 +66,62 @@ def create_session_network(engine: Engine, name: str, labels: Mapping[str, str])
 
 
 def ensure_egress_network(engine: Engine) -> str:
-    """The shared egress bridge (created on first use); its ID."""
-    existing = _egress_networks(engine)
-    if not existing:
-        try:
-            engine.api.create_network(
-                EGRESS_NETWORK,
-                driver="bridge",
-                check_duplicate=True,
-                labels={LABEL_MANAGED: "true", LABEL_ROLE: "egress-network"},
-                options={"com.docker.network.bridge.enable_icc": "false"},
-            )
-        except docker.errors.APIError as exc:
-            # Another worker made it between the look and the create: use theirs.
-            if exc.status_code != 409:
-                raise
-        existing = _egress_networks(engine)
-    # Should a race leave two of the same name, everyone picks the same one.
-    return str(sorted(existing, key=lambda n: (n.get("Created", ""), n["Id"]))[0]["Id"])
+    """The shared egress bridge (created on first use); its ID.
+
+    Docker does not keep network names unique (`check_duplicate` is best effort), so two workers
+    creating the bridge at once may both succeed, and no container starts on a name two networks
+    share ("network ... is ambiguous"). So each creation gets a name of its own, a network whose
+    name is shared is never used, everyone takes the oldest of the rest, and the janitor removes
+    the others once nothing is on them (`surplus_egress_networks`).
+    """
+    usable = _unambiguous(egress_networks(engine))
+    if not usable:
+        engine.api.create_network(
+            f"{EGRESS_NETWORK}-{secrets.token_hex(4)}",
+            driver="bridge",
+            check_duplicate=True,
+            labels={LABEL_MANAGED: "true", LABEL_ROLE: ROLE_EGRESS_NETWORK},
+            options={"com.docker.network.bridge.enable_icc": "false"},
+        )
+        usable = _unambiguous(egress_networks(engine))
+    if not usable:
+        raise SandboxError("The sandbox's egress bridge network could not be created.")
+    return str(usable[0]["Id"])
 
 
-def _egress_networks(engine: Engine) -> list[dict[str, Any]]:
+def egress_networks(engine: Engine) -> list[dict[str, Any]]:
+    """Toolroom's egress bridges on the engine, oldest first (normally exactly one)."""
     found = engine.api.networks(
-        names=[EGRESS_NETWORK], filters={"label": [f"{LABEL_ROLE}=egress-network"]}
+        filters={"label": [f"{LABEL_MANAGED}=true", f"{LABEL_ROLE}={ROLE_EGRESS_NETWORK}"]}
     )
-    return [n for n in found if n.get("Name") == EGRESS_NETWORK]
+    return sorted(found, key=_creation_order)
+
+
+def surplus_egress_networks(engine: Engine) -> list[dict[str, Any]]:
+    """Egress bridges other than the one `ensure_egress_network` hands out (left by a race)."""
+    every = egress_networks(engine)
+    usable = _unambiguous(every)
+    return [n for n in every if not usable or n["Id"] != usable[0]["Id"]]
+
+
+def _unambiguous(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Those whose name no other has (a race under the old fixed name could make two alike)."""
+    names = Counter(str(n.get("Name")) for n in found)
+    return [n for n in found if names[str(n.get("Name"))] == 1]
+
+
+_CREATED = re.compile(r"^(?P<second>[^.]+?)(?:\.(?P<fraction>\d+))?(?P<zone>Z|[+-]\d\d:\d\d)$")
+
+
+def _creation_order(network: Mapping[str, Any]) -> tuple[datetime, int, str]:
+    """Sort key: the engine's creation time (RFC 3339 with up to 9 decimals), then the ID."""
+    match = _CREATED.match(str(network.get("Created", "")))
+    if match is None:
+        return (datetime.max.replace(tzinfo=UTC), 0, str(network["Id"]))
+    zone = "+00:00" if match["zone"] == "Z" else match["zone"]
+    second = datetime.fromisoformat(match["second"] + zone)
+    nanoseconds = int((match["fraction"] or "0").ljust(9, "0")[:9])
+    return (second, nanoseconds, str(network["Id"]))
 
 
 def proxy_command(allowlist: Sequence[str]) -> list[str]:

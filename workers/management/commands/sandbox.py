@@ -24,6 +24,7 @@ from workers.adapters.sandbox import (
     build_proxy_image,
     connect_engine,
     remove_orphans,
+    remove_surplus_egress_networks,
     sandbox_status,
 )
 from workers.adapters.sandbox.spec import default_owner
@@ -85,8 +86,9 @@ class Command(BaseCommand):
                 commands = ", ".join(ref.commands) or "-"
                 self.stdout.write(f"{ref.reference} {ref.digest} (commands: {commands})")
             elif action == "janitor":
-                removed = remove_orphans(
-                    owner_label_value=None if options["all"] else options["owner"]
+                removed = (
+                    remove_orphans(owner_label_value=None if options["all"] else options["owner"])
+                    + remove_surplus_egress_networks()
                 )
                 for line in removed:
                     self.stdout.write(f"removed {line}")
