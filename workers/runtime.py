@@ -81,7 +81,10 @@ class WarmRuntime:
         self.manager = manager
         self.plan = plan
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        # `ready`: the session takes work. `announced`: RUNNING is also in the database. Work is
+        # accepted before the announcement, so whoever reads RUNNING can send work at once.
         self.ready = asyncio.Event()
+        self.announced = asyncio.Event()
         self.finished = asyncio.Event()
         self.stopping = False
         self.restarts = 0
@@ -132,6 +135,7 @@ class WarmRuntime:
                     break
                 self.last_error = failure.describe()
                 self.ready.clear()
+                self.announced.clear()
                 exhausted = (
                     self.plan.restart_policy == "never"
                     or self.restarts >= self.plan.restart_max_attempts
@@ -154,6 +158,7 @@ class WarmRuntime:
             logger.exception("runtime %s crashed", self.plan.slug)
         finally:
             self.ready.clear()
+            self.announced.clear()
             self._fail_pending("The warm runtime stopped.")
             self.finished.set()
 
@@ -165,8 +170,11 @@ class WarmRuntime:
         try:
             target = await target_for(self.plan)
             async with connect(target, deadlines=deadlines) as connection:
-                await self._report(RuntimeState.RUNNING, stderr=connection.stderr_tail())
                 self.ready.set()
+                await self._report(RuntimeState.RUNNING, stderr=connection.stderr_tail())
+                self.announced.set()
+                if self.stopping:  # another worker holds it now
+                    return None
                 return await self._serve(connection)
         except McpFailure as failure:
             return failure
@@ -306,12 +314,12 @@ class RuntimeManager:
         runtime.start()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(60):
-                ready = asyncio.ensure_future(runtime.ready.wait())
+                announced = asyncio.ensure_future(runtime.announced.wait())
                 done = asyncio.ensure_future(runtime.finished.wait())
-                await asyncio.wait({ready, done}, return_when=asyncio.FIRST_COMPLETED)
-                for waiter in (ready, done):
+                await asyncio.wait({announced, done}, return_when=asyncio.FIRST_COMPLETED)
+                for waiter in (announced, done):
                     waiter.cancel()
-        return "running" if runtime.ready.is_set() else "starting"
+        return "running" if runtime.announced.is_set() else "starting"
 
     async def _stop_all(self) -> None:
         if self._heartbeat is not None:
