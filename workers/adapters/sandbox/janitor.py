@@ -4,7 +4,7 @@ Everything a transport makes is labelled with its owner (a worker's name, by def
 name), the host and the process that made it (pid and start time, so a reused pid is not taken for
 the old one). A worker calls `remove_orphans(owner_label_value=its owner)` when it starts: every
 container and network of that owner whose process is gone is removed. Those of a live process on
-this host (a sibling worker process, or this one) are left alone. It also calls
+this host (a sibling worker process, or this one) are left alone. The worker then calls
 `remove_surplus_egress_networks`, for the extra egress bridges a creation race may leave.
 """
 
