@@ -41,7 +41,7 @@ from mcp.shared.message import SessionMessage
 from workers.adapters.sandbox import networks
 from workers.adapters.sandbox.engine import Engine, connect_engine
 from workers.adapters.sandbox.errors import ContainerFate, SandboxError
-from workers.adapters.sandbox.images import build_proxy_image, proxy_image_reference
+from workers.adapters.sandbox.images import build_proxy_image
 from workers.adapters.sandbox.spec import (
     ContainerSpec,
     hardened_host_config,
@@ -358,10 +358,8 @@ class SandboxTransport:
     async def _start_proxy(self, engine: Engine, state: _Session, network_id: str) -> str:
         spec = self.spec
         image = self._proxy_image
-        if image is None:
-            image = await _engine_call(proxy_image_reference, engine)
-            if await _engine_call(_image_missing, engine, image):
-                await _engine_call(build_proxy_image, engine=engine)
+        if image is None:  # the one built from this code: kept if there, else built now
+            image = (await _engine_call(build_proxy_image, engine=engine)).reference
         egress = await _engine_call(networks.ensure_egress_network, engine)
         state.proxy_name = resource_name(spec, session_id=state.session_id, role="proxy")
         state.proxy_id = await _engine_call(
@@ -606,14 +604,6 @@ async def _shielded(state: _Session, function: Callable[..., Awaitable[None]], *
     with anyio.CancelScope(shield=True) as scope:
         state.task_scopes.append(scope)
         await function(*args)
-
-
-def _image_missing(engine: Engine, reference: str) -> bool:
-    try:
-        engine.images.get(reference)
-    except docker.errors.ImageNotFound:
-        return True
-    return False
 
 
 def sandbox_transport(
