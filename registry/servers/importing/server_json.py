@@ -422,27 +422,18 @@ def _arguments(entry: ParsedEntry, arguments: Any, where: str) -> list[str]:
             continue
         value = _input_value(argument)
         label = argument.get("name") or argument.get("valueHint") or f"#{index + 1}"
-        if argument["type"] == "named":
-            if not isinstance(argument.get("name"), str):
-                entry.problem(f"{where}[{index}].name", "A named argument needs its flag name.")
-                continue
-            if value is None:
-                if argument.get("isRequired"):
-                    entry.warnings.append(
-                        f"The required argument {label} has no value in the file; add it to "
-                        "the command before approving."
-                    )
-                continue
-            argv += [argument["name"], value]
-        else:
-            if value is None:
-                if argument.get("isRequired"):
-                    entry.warnings.append(
-                        f"The required argument {label} has no value in the file; add it to "
-                        "the command before approving."
-                    )
-                continue
-            argv.append(value)
+        named = argument["type"] == "named"
+        if named and not isinstance(argument.get("name"), str):
+            entry.problem(f"{where}[{index}].name", "A named argument needs its flag name.")
+            continue
+        if value is None:
+            if argument.get("isRequired"):
+                entry.warnings.append(
+                    f"The required argument {label} has no value in the file; add it to "
+                    "the command before approving."
+                )
+            continue
+        argv += [argument["name"], value] if named else [value]
         if _TEMPLATE.search(value):
             entry.warnings.append(
                 f"The argument {label} keeps placeholders ({value}); replace them in the "
