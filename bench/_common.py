@@ -11,11 +11,9 @@ import datetime as dt
 import math
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -176,22 +174,6 @@ def machine_busy_seconds() -> float:
 
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_port(port: int, *, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
 def stop_process(process: subprocess.Popen[Any], *, timeout: float = 30.0) -> None:

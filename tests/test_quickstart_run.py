@@ -21,6 +21,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.mcp_fixtures import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scripts" / "quickstart.py"
 
@@ -60,12 +62,6 @@ def _supervisor_script(tmp_path: Path, *, second_child_exits: bool = False) -> s
         sys.exit(supervisor.run())
         """
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -169,7 +165,7 @@ def test_the_quickstart_serves_the_asgi_app_on_loopback_only():
 def test_the_quickstart_discovers_and_checks_the_demo_servers(tmp_path):
     """What a newcomer sees after `make run`: demo servers discovered and health-checked by a
     real worker and beat on the embedded broker (no Redis), then everything stops cleanly."""
-    port = _free_port()
+    port = free_port()
     env = {
         key: value
         for key, value in os.environ.items()

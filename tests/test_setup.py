@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.mcp_fixtures import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 LIB = ROOT / "scripts" / "lib.sh"
 TOOLS = ("bash", "sh", "dirname", "basename", "id", "timeout", "sleep", "mkdir", "cat", "tail")
@@ -110,13 +112,6 @@ def test_python_names_the_interpreter_to_use(tmp_path, system_bin):
     assert result.stdout.strip() == str(chosen)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 def _ensure_services(system_bin: Path, *services: str, **env: str):
     started = time.monotonic()
     result = subprocess.run(
@@ -133,7 +128,7 @@ def _ensure_services(system_bin: Path, *services: str, **env: str):
 
 def test_without_redis_or_apt_get_it_stops_at_once_naming_what_to_install(system_bin):
     result, seconds = _ensure_services(
-        system_bin, "redis", REDIS_URL=f"redis://127.0.0.1:{_free_port()}/15"
+        system_bin, "redis", REDIS_URL=f"redis://127.0.0.1:{free_port()}/15"
     )
 
     assert result.returncode == 1
@@ -188,7 +183,7 @@ def test_an_unreachable_remote_postgresql_is_named(system_bin):
 
 
 def test_a_local_postgresql_that_cannot_be_started_here_says_what_to_do(system_bin):
-    url = f"postgres://postgres@127.0.0.1:{_free_port()}/toolroom"
+    url = f"postgres://postgres@127.0.0.1:{free_port()}/toolroom"
 
     result, seconds = _ensure_services(system_bin, "postgres", DATABASE_URL=url)
 

@@ -63,6 +63,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import _common as common
+from tests.mcp_fixtures import free_port, wait_for_port
 
 HERE = Path(__file__).resolve().parent
 TARGET_SECONDS = 30.0
@@ -518,7 +519,7 @@ def main() -> int:
             f"TOOLROOM_HEALTH_CONCURRENCY={settings.TOOLROOM_HEALTH_CONCURRENCY}, "
             f"fleet responses {'SSE' if args.sse else 'JSON'}, whatif={args.whatif or 'none'}"
         )
-        port = common.free_port()
+        port = free_port()
         with (logdir / "fleet.log").open("w") as fleet_log:
             fleet = subprocess.Popen(
                 [sys.executable, str(HERE / "fleet_server.py"), "--port", str(port)]
@@ -528,7 +529,7 @@ def main() -> int:
                 stdout=fleet_log,
                 stderr=subprocess.STDOUT,
             )
-        common.wait_for_port(port)
+        wait_for_port(port, timeout=30.0)
         register(args.servers, port)
         for repeat in range(args.repeats):
             for label in configs:
