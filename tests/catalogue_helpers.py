@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from registry.servers import services as server_services
 from registry.servers.models import McpServer, ServerStatus, Tool
-from registry.servers.signals import announce_visibility_change
+from registry.servers.signals import announce_visibility_change, server_visibility_changed
 from tests.factories import CategoryFactory, McpServerFactory, ToolFactory, tool_definition
 
 READ = {"readOnlyHint": True}
@@ -40,3 +42,18 @@ def set_health(server: McpServer, health: str) -> None:
     """What the workers' health service will do (issue 3): record the health, announce it."""
     ServerStatus.objects.update_or_create(server=server, defaults={"health": health})
     announce_visibility_change(server_ids=[server.pk], reason="server.health_changed")
+
+
+@contextmanager
+def visibility_changes() -> Iterator[list[tuple[list[int], str]]]:
+    """What `server_visibility_changed` announces while the block runs: (server ids, reason)."""
+    received: list[tuple[list[int], str]] = []
+
+    def receiver(sender: object, server_ids: list[int], reason: str, **kwargs: object) -> None:
+        received.append((server_ids, reason))
+
+    server_visibility_changed.connect(receiver)
+    try:
+        yield received
+    finally:
+        server_visibility_changed.disconnect(receiver)

@@ -12,6 +12,7 @@ from registry.audit.models import AuditEvent
 from registry.servers import services
 from registry.servers.models import McpServer, ReviewStatus, Transport
 from registry.servers.policy import TrustTier
+from tests.catalogue_helpers import visibility_changes
 from tests.factories import McpServerFactory, ToolFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -258,7 +259,6 @@ def test_renaming_a_category_is_audited_and_reaches_the_catalogues(
     client, alice, django_capture_on_commit_callbacks
 ):
     from registry.servers.models import Category
-    from registry.servers.signals import server_visibility_changed
 
     client.force_login(alice)
     client.post(
@@ -266,20 +266,11 @@ def test_renaming_a_category_is_audited_and_reaches_the_catalogues(
     )
     category = Category.objects.get(slug="dev")
     server = McpServerFactory(category=category)
-    received = []
-
-    def receiver(sender, server_ids, reason, **kwargs):
-        received.append((server_ids, reason))
-
-    server_visibility_changed.connect(receiver)
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            client.post(
-                reverse("admin:servers_category_change", args=[category.pk]),
-                {"name": "Developer tools", "description": "Git and friends."},
-            )
-    finally:
-        server_visibility_changed.disconnect(receiver)
+    with visibility_changes() as received, django_capture_on_commit_callbacks(execute=True):
+        client.post(
+            reverse("admin:servers_category_change", args=[category.pk]),
+            {"name": "Developer tools", "description": "Git and friends."},
+        )
 
     category.refresh_from_db()
     assert (category.slug, category.name) == ("dev", "Developer tools")

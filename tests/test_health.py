@@ -18,7 +18,7 @@ from registry.servers.health import (
 )
 from registry.servers.launch import server_launch_plan
 from registry.servers.models import CircuitState, Health, HealthSample, ServerStatus
-from registry.servers.signals import server_visibility_changed
+from tests.catalogue_helpers import visibility_changes
 from tests.factories import McpServerFactory
 from tests.mcp_fixtures import (
     scenario_argv,
@@ -100,17 +100,8 @@ def test_a_change_to_or_from_unhealthy_is_announced_to_the_catalogue(
     django_capture_on_commit_callbacks,
 ):
     server = _server(health_failure_threshold=1)
-    received = []
-
-    def receiver(sender, server_ids, reason, **kwargs):
-        received.append((server_ids, reason))
-
-    server_visibility_changed.connect(receiver)
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            health_record(results=[HealthResult(server.pk, ok=False, error="down")])
-    finally:
-        server_visibility_changed.disconnect(receiver)
+    with visibility_changes() as received, django_capture_on_commit_callbacks(execute=True):
+        health_record(results=[HealthResult(server.pk, ok=False, error="down")])
     assert received == [([server.pk], "server.health_changed")]
 
 

@@ -8,6 +8,7 @@ from registry.audit.models import AuditEvent
 from registry.servers import services, tool_sync
 from registry.servers.models import ApprovalEndReason, ApprovalState, Tool, ToolApproval
 from registry.servers.selectors import approved_tools, tool_definition_diff
+from tests.catalogue_helpers import visibility_changes
 from tests.factories import McpServerFactory, tool_definition
 
 pytestmark = pytest.mark.django_db
@@ -132,20 +133,9 @@ def test_it_stores_resources_and_prompts():
 def test_a_rug_pull_announces_a_visibility_change_after_commit(
     alice, django_capture_on_commit_callbacks
 ):
-    from registry.servers.signals import server_visibility_changed
-
     server = McpServerFactory()
     _sync(server, tool_definition("get_time"))
     services.tool_approve(actor=alice, tool=Tool.objects.get(name="get_time"))
-    received = []
-
-    def receiver(sender, server_ids, reason, **kwargs):
-        received.append((server_ids, reason))
-
-    server_visibility_changed.connect(receiver)
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            _sync(server, tool_definition("get_time", description="new"))
-    finally:
-        server_visibility_changed.disconnect(receiver)
+    with visibility_changes() as received, django_capture_on_commit_callbacks(execute=True):
+        _sync(server, tool_definition("get_time", description="new"))
     assert received == [([server.pk], "server.tools_synced")]
