@@ -365,6 +365,11 @@ TOOLROOM_ALLOWED_NETWORKS: list[str] = env.list(
     "TOOLROOM_ALLOWED_NETWORKS",
     default=[] if IS_PRODUCTION else ["127.0.0.0/8", "::1/128"],
 )
+# Where imports look up the newest version of an unpinned npx/uvx package (to pin it).
+TOOLROOM_PYPI_URL: str = env.str("TOOLROOM_PYPI_URL", default="https://pypi.org").rstrip("/")
+TOOLROOM_NPM_REGISTRY_URL: str = env.str(
+    "TOOLROOM_NPM_REGISTRY_URL", default="https://registry.npmjs.org"
+).rstrip("/")
 # Largest import file (mcp.json, server.json, YAML) accepted, in bytes.
 TOOLROOM_IMPORT_MAX_BYTES: int = env.int("TOOLROOM_IMPORT_MAX_BYTES", default=1024 * 1024)
 # A health check slower than this (milliseconds) marks the server degraded.

@@ -232,7 +232,7 @@ def test_it_refuses_an_unknown_format_option():
 
 
 def test_it_refuses_a_category_option_that_does_not_exist():
-    problem = _only({"mcpServers": {"x": {"command": "uvx", "args": ["y"]}}}, category="nope")
+    problem = _only({"mcpServers": {"x": {"command": "uvx", "args": ["y==1.0"]}}}, category="nope")
 
     assert (problem.entry, problem.field) == (None, "category")
     assert problem.message == "There is no category 'nope'; create it in the admin first."

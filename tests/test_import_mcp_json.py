@@ -106,7 +106,13 @@ def test_it_reads_vscode_servers_with_comments_and_trailing_commas():
 
     assert [entry.slug for entry in plan.entries] == ["perplexity", "github", "fetch"]
     assert _entry(plan, "github").values["transport"] == Transport.STREAMABLE_HTTP
-    assert _entry(plan, "fetch").values["command"] == ["uvx", "mcp-server-fetch"]
+    fetch = _entry(plan, "fetch")
+    # `uvx mcp-server-fetch` names no version: it is pinned to what PyPI serves as the newest.
+    assert fetch.values["package_identifier"] == "mcp-server-fetch"
+    assert fetch.values["command"] == [
+        "uvx",
+        f"mcp-server-fetch=={fetch.values['package_version']}",
+    ]
 
 
 def test_it_reports_vscode_inputs_and_env_file_without_failing():

@@ -20,6 +20,7 @@ import anyio
 from django.conf import settings
 from django.db import close_old_connections
 
+from registry.servers.importing.launchers import Launcher, LauncherError, launcher_parse
 from registry.servers.launch import LaunchPlan
 from registry.servers.runtime import server_sandbox_image_record
 from workers.adapters.mcp_client import McpFailure, TransportTarget
@@ -38,9 +39,6 @@ from workers.adapters.sandbox import (
     sandbox_transport,
 )
 
-# Package runners whose arguments up to the package name launch the package on a host; in the
-# sandbox the image already holds the package, so only the arguments after it are kept.
-_RUNNERS = frozenset({"uvx", "npx", "pipx", "bunx"})
 _NODE_PROGRAMS = frozenset({"node", "npx", "npm"})
 
 
@@ -58,14 +56,12 @@ def clean_up_orphans() -> list[str]:
         return []
 
 
-def _package_arguments(argv: Sequence[str], identifier: str) -> list[str] | None:
-    """The server's own arguments in a host launch command, or None if argv is not one."""
-    if not argv or os.path.basename(argv[0]) not in _RUNNERS:
+def _launched(argv: Sequence[str]) -> Launcher | None:
+    """The package or image a host launcher command (npx, uvx, docker run...) names, if any."""
+    try:
+        return launcher_parse(list(argv))
+    except LauncherError:
         return None
-    for index, arg in enumerate(argv[1:], start=1):
-        if arg.startswith(identifier):
-            return list(argv[index + 1 :])
-    return None
 
 
 def _program_of(image: ImageRef, identifier: str) -> str | None:
@@ -87,9 +83,9 @@ def _resolve(plan: LaunchPlan) -> tuple[ImageRef, list[str]]:
                     f"The image {plan.image} is not on the Docker engine and no registry can be "
                     "assumed reachable: build or load it there first.",
                 )
-            argv = list(plan.argv)
-            if argv[:2] == ["docker", "run"] and plan.image in argv:
-                argv = argv[argv.index(plan.image) + 1 :]  # an OCI package's own arguments
+            launcher = _launched(plan.argv)
+            # `docker run ... IMAGE ARGS`: the image's own entrypoint gets the arguments.
+            argv = list(launcher.arguments) if launcher is not None else list(plan.argv)
             return ImageRef(reference=plan.image, digest=digest, commands=(), built=False), argv
         if plan.package_registry in ("pypi", "npm"):
             image = build_package_image(
@@ -98,10 +94,11 @@ def _resolve(plan: LaunchPlan) -> tuple[ImageRef, list[str]]:
                 plan.package_version,
                 engine=engine,
             )
-            arguments = _package_arguments(plan.argv, plan.package_identifier)
-            if arguments is None:
+            launcher = _launched(plan.argv)
+            if launcher is None or launcher.identifier != plan.package_identifier:
                 return image, list(plan.argv)  # the command names the package's program
-            program = _program_of(image, plan.package_identifier)
+            arguments = list(launcher.arguments)
+            program = launcher.program or _program_of(image, plan.package_identifier)
             if program is None:
                 if not arguments:
                     return image, []  # the image's own default command

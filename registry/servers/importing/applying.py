@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import transaction
 
-from registry.audit.services import Actor
+from registry.audit.services import Actor, audit_record
 from registry.core.errors import ApplicationError
 from registry.servers import services
 from registry.servers.importing.entries import ImportFileError, ImportProblem
@@ -107,7 +107,8 @@ def _apply_entry(
     if entry.action == ImportAction.CREATE:
         if McpServer.objects.filter(slug=entry.slug).exists():
             raise _stale(entry, f"A server with the slug {entry.slug!r} was added")
-        services.server_create(actor=actor, **fields)
+        created = services.server_create(actor=actor, **fields)
+        _record_pins(entry, created, actor)
         result.created.append(entry.slug)
         return
     server = (
@@ -124,12 +125,27 @@ def _apply_entry(
         return
     changes = {name: fields[name] for name in entry.changed_fields}
     updated = services.server_update(actor=actor, server=server, changes=changes)
+    if "package_version" in changes:
+        _record_pins(entry, updated, actor)
     result.updated.append(entry.slug)
     if (
         server.review_status != updated.review_status
         and updated.review_status == ReviewStatus.PENDING_REVIEW
     ):
         result.sent_back_to_review.append(entry.slug)
+
+
+def _record_pins(entry: EntryPlan, server: McpServer, actor: Actor) -> None:
+    """An audit record for each package the file left unpinned: which version, from where."""
+    for pin in entry.pins:
+        audit_record(
+            actor=actor,
+            action="server.package_pinned",
+            target=server,
+            server=server,
+            summary=f"{server.name}: {pin.describe()}",
+            details=pin.as_details(),
+        )
 
 
 # --- Categories (no service of their own yet: created here, validated and audited) ----------

@@ -74,6 +74,8 @@ class ParsedEntry:
     problems: list[ImportProblem] = field(default_factory=list)
     # How the file names a model field, so that messages point at what the admin wrote.
     field_labels: dict[str, str] = field(default_factory=dict)
+    # Packages a launcher command named without a version, pinned at import (launchers.PackagePin).
+    pins: list[Any] = field(default_factory=list)
 
     def problem(self, field_name: str | None, message: str) -> None:
         self.problems.append(ImportProblem(self.label, field_name, message))

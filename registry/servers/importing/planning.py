@@ -32,6 +32,7 @@ from registry.servers.importing.entries import (
     ParsedEntry,
     ParsedFile,
 )
+from registry.servers.importing.launchers import PackagePin, entries_adopt_launchers
 from registry.servers.importing.reading import (
     FORMAT_AUTO,
     FORMAT_LABELS,
@@ -98,6 +99,8 @@ class EntryPlan:
     category_set: bool = False
     server_id: int | None = None
     server_updated_at: datetime | None = None
+    # Packages pinned at import (their launcher named no version): recorded in the audit.
+    pins: list[PackagePin] = field(default_factory=list)
 
     @property
     def changed_fields(self) -> list[str]:
@@ -164,6 +167,7 @@ def import_plan(
         content=content, filename=filename, format=options.format
     )
     parsed = _parse(fmt, data, options)
+    entries_adopt_launchers(parsed.entries, lookup=None)
     problems += parse_problems + parsed.problems
     problems += _collision_problems(parsed.entries)
 
@@ -372,6 +376,7 @@ def _plan_entry(
         values=values,
         category=category,
         category_set=category_set,
+        pins=list(entry.pins),
     )
     if existing is None:
         plan.changes = _creation_changes(values, category if category_set else None)

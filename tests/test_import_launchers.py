@@ -1,0 +1,328 @@
+"""Launcher command lines (npx, uvx, docker run...) imported as pinned package and image
+references, and run in the sandbox: against the real PyPI, npm registry and Docker engine."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import httpx2
+import pytest
+from django.core.management import call_command
+
+from registry.audit.models import AuditEvent
+from registry.servers.importing import (
+    ImportFileError,
+    ImportOptions,
+    export_servers,
+    import_apply,
+    import_plan,
+)
+from registry.servers.importing.launchers import LauncherError, launcher_parse
+from registry.servers.models import McpServer
+from tests.discovery_helpers import discover_inline
+from tests.sandbox_images import ensure_node_test_image, ensure_test_images
+
+MEMORY = "@modelcontextprotocol/server-memory"
+
+
+def _newest_on_npm(name: str) -> str:
+    response = httpx2.get(f"https://registry.npmjs.org/{name.replace('/', '%2F')}", timeout=30)
+    return str(response.json()["dist-tags"]["latest"])
+
+
+def _newest_on_pypi(name: str) -> str:
+    response = httpx2.get(f"https://pypi.org/pypi/{name}/json", timeout=30)
+    return str(response.json()["info"]["version"])
+
+
+def _plan(servers, **options):
+    content = json.dumps({"mcpServers": servers}).encode()
+    return import_plan(content=content, filename="mcp.json", options=ImportOptions(**options))
+
+
+def _entry(plan, slug):
+    return next(entry for entry in plan.entries if entry.slug == slug)
+
+
+# --- Reading launcher command lines (no network: every version here is given) ---------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "registry", "identifier", "version", "arguments"),
+    [
+        (["npx", "-y", "@scope/server@1.2.3", "/data"], "npm", "@scope/server", "1.2.3", ["/data"]),
+        (["npx", "--yes", "server@latest"], "npm", "server", "", []),
+        (["pnpm", "dlx", "server@2.0.0", "--port", "1"], "npm", "server", "2.0.0", ["--port", "1"]),
+        (["bunx", "server@2.0.0"], "npm", "server", "2.0.0", []),
+        (
+            ["uvx", "mcp-server-time==2026.10.19", "--tz", "UTC"],
+            "pypi",
+            "mcp-server-time",
+            "2026.10.19",
+            ["--tz", "UTC"],
+        ),
+        (["uvx", "mcp-server-time@2026.10.19"], "pypi", "mcp-server-time", "2026.10.19", []),
+        (["uv", "tool", "run", "mcp-server-git"], "pypi", "mcp-server-git", "", []),
+        (["pipx", "run", "mcp-server-git==1.0"], "pypi", "mcp-server-git", "1.0", []),
+        (["/usr/local/bin/uvx", "mcp-server-git"], "pypi", "mcp-server-git", "", []),
+        (
+            ["docker", "run", "-i", "--rm", "mcp/fetch:1.0", "--x"],
+            "oci",
+            "mcp/fetch",
+            "1.0",
+            ["--x"],
+        ),
+    ],
+)
+def test_it_reads_each_launcher_as_a_package_and_the_arguments_after_it(
+    argv, registry, identifier, version, arguments
+):
+    launcher = launcher_parse(argv)
+
+    assert launcher is not None
+    assert (launcher.registry, launcher.identifier, launcher.version) == (
+        registry,
+        identifier,
+        version,
+    )
+    assert list(launcher.arguments) == arguments
+
+
+def test_it_keeps_the_program_that_uvx_from_names():
+    launcher = launcher_parse(["uvx", "--from", "mcp-proxy-tools==1.0", "proxy-cli", "--a"])
+
+    assert launcher is not None
+    assert (launcher.identifier, launcher.program, launcher.arguments) == (
+        "mcp-proxy-tools",
+        "proxy-cli",
+        ("--a",),
+    )
+    assert launcher.argv() == ["uvx", "--from", "mcp-proxy-tools==1.0", "proxy-cli", "--a"]
+
+
+def test_commands_that_are_not_launchers_are_left_alone():
+    assert launcher_parse(["python", "-m", "server"]) is None
+    assert launcher_parse(["npm", "start"]) is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["npx", "-y", "server@^1"],
+        ["npx", "-y", "server@1.x"],
+        ["npx", "-y", "server@>=1.0.0"],
+        ["uvx", "server>=1.0"],
+        ["uvx", "server~=1.0"],
+        ["uvx", "server==1.*"],
+    ],
+)
+def test_it_refuses_a_version_range(argv):
+    with pytest.raises(LauncherError, match="version range"):
+        launcher_parse(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (["npx", "-y", "./server"], "not a package on the npm registry"),
+        (["uvx", "git+https://example.com/server"], "not a package on PyPI"),
+        (["uvx", "--with", "extra", "server==1.0"], "--with"),
+        (["docker", "run", "--mystery", "image"], "not understood"),
+        (["docker", "run", "-i", "--rm"], "no image"),
+    ],
+)
+def test_it_refuses_what_it_cannot_run_as_written(argv, why):
+    with pytest.raises(LauncherError, match=why):
+        launcher_parse(argv)
+
+
+# --- Importing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_range_is_refused_naming_the_entry():
+    with pytest.raises(ImportFileError) as excinfo:
+        _plan({"memory": {"command": "npx", "args": ["-y", f"{MEMORY}@^1"]}})
+
+    [problem] = excinfo.value.problems
+    assert (problem.entry, problem.field) == ("memory", "command")
+    assert "version range" in problem.message
+
+
+@pytest.mark.django_db
+def test_a_package_the_registry_does_not_have_is_refused_naming_the_entry():
+    with pytest.raises(ImportFileError) as excinfo:
+        _plan({"ghost": {"command": "uvx", "args": ["toolroom-no-such-package-4f1c2b9e"]}})
+
+    [problem] = excinfo.value.problems
+    assert problem.entry == "ghost"
+    assert "PyPI has no package named toolroom-no-such-package-4f1c2b9e" in problem.message
+
+
+@pytest.mark.django_db
+def test_docker_run_loses_the_loosening_flags_and_says_which():
+    plan = _plan(
+        {
+            "fetch": {
+                "command": "docker",
+                "args": [
+                    "run",
+                    "-i",
+                    "--rm",
+                    "--privileged",
+                    "-v",
+                    "/:/host",
+                    "--network",
+                    "host",
+                    "--cap-add",
+                    "SYS_ADMIN",
+                    "-p",
+                    "8080:80",
+                    "-e",
+                    "TOKEN",
+                    "-e",
+                    "MODE=fast",
+                    "mcp/fetch:1.4",
+                    "--ignore-robots-txt",
+                ],
+                "env": {"TOKEN": "secret-value"},
+            }
+        }
+    )
+
+    entry = _entry(plan, "fetch")
+    command = entry.values["command"]
+    assert command == [
+        "docker",
+        "run",
+        "-i",
+        "--rm",
+        "-e",
+        "TOKEN",
+        "-e",
+        "MODE",
+        "mcp/fetch:1.4",
+        "--ignore-robots-txt",
+    ]
+    assert entry.values["image"] == "mcp/fetch:1.4"
+    assert entry.values["env"] == {"TOKEN": "secret-value", "MODE": "fast"}
+    [dropped] = [w for w in entry.warnings if "not carried over" in w]
+    for option in ("--privileged", "-v /:/host", "--network host", "--cap-add SYS_ADMIN", "-p"):
+        assert option in dropped
+
+
+@pytest.mark.django_db
+def test_an_unpinned_package_is_pinned_in_the_plan_the_audit_and_the_dry_run(alice):
+    servers = {
+        "memory": {"command": "npx", "args": ["-y", MEMORY]},
+        "time": {"command": "uvx", "args": ["mcp-server-time", "--local-timezone", "UTC"]},
+    }
+    newest_memory, newest_time = _newest_on_npm(MEMORY), _newest_on_pypi("mcp-server-time")
+
+    plan = _plan(servers, dry_run=True)
+    memory, time = _entry(plan, "memory"), _entry(plan, "time")
+    assert memory.values["command"] == ["npx", "-y", f"{MEMORY}@{newest_memory}"]
+    assert (memory.values["package_registry"], memory.values["package_version"]) == (
+        "npm",
+        newest_memory,
+    )
+    assert time.values["command"] == [
+        "uvx",
+        f"mcp-server-time=={newest_time}",
+        "--local-timezone",
+        "UTC",
+    ]
+    assert any(f"pinned to {newest_time}" in warning for warning in time.warnings)
+    assert McpServer.objects.count() == 0
+
+    import_apply(plan=_plan(servers), actor=alice)
+
+    pins = AuditEvent.objects.filter(action="server.package_pinned").order_by("id")
+    assert [(event.details["identifier"], event.details["version"]) for event in pins] == [
+        (MEMORY, newest_memory),
+        ("mcp-server-time", newest_time),
+    ]
+
+
+@pytest.mark.django_db
+def test_the_dry_run_command_prints_the_pin(tmp_path):
+    path = tmp_path / "mcp.json"
+    time = {"command": "uvx", "args": ["mcp-server-time"]}
+    path.write_text(json.dumps({"mcpServers": {"time": time}}))
+    out = io.StringIO()
+
+    call_command("import_servers", str(path), "--dry-run", stdout=out)
+
+    newest = _newest_on_pypi("mcp-server-time")
+    assert f"pinned to {newest}, the newest version PyPI served at import" in out.getvalue()
+    assert McpServer.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_export_writes_the_launcher_form_back_and_it_imports_unchanged(alice):
+    servers = {
+        "time": {"command": "uvx", "args": ["mcp-server-time==2026.10.19"]},
+        "fetch": {
+            "command": "docker",
+            "args": ["run", "-i", "--rm", "-e", "K", "mcp/fetch:1.4"],
+            "env": {"K": "v"},
+        },
+    }
+    import_apply(plan=_plan(servers), actor=alice)
+
+    exported = json.loads(export_servers("mcp-json", include_secrets=True))["mcpServers"]
+
+    assert exported["time"] == {"command": "uvx", "args": ["mcp-server-time==2026.10.19"]}
+    assert exported["fetch"]["command"] == "docker"
+    assert exported["fetch"]["args"] == ["run", "-i", "--rm", "-e", "K", "mcp/fetch:1.4"]
+    again = import_plan(
+        content=json.dumps({"mcpServers": exported}).encode(),
+        filename="mcp.json",
+        options=ImportOptions(),
+    )
+    assert {entry.slug: entry.action.value for entry in again.entries} == {
+        "time": "unchanged",
+        "fetch": "unchanged",
+    }
+
+
+# --- And they run in the sandbox ---------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_npx_uvx_and_docker_run_entries_are_discovered_in_the_sandbox(alice):
+    images = ensure_test_images(say=lambda *_: None)
+    ensure_node_test_image(say=lambda *_: None)
+    servers = {
+        "memory": {"command": "npx", "args": ["-y", MEMORY]},
+        "time": {"command": "uvx", "args": ["mcp-server-time"]},
+        "honest": {
+            "command": "docker",
+            "args": [
+                "run",
+                "-i",
+                "--rm",
+                images.servers.reference,
+                "python",
+                "/opt/servers/honest.py",
+            ],
+        },
+    }
+    import_apply(plan=_plan(servers), actor=alice)
+
+    tool_counts = {}
+    for slug in ("memory", "time", "honest"):
+        server = McpServer.objects.get(slug=slug)
+        assert server.isolation == "sandbox", slug  # imported untrusted
+        run = discover_inline(server)
+        assert run.status == "succeeded", (slug, run.error)
+        tool_counts[slug] = server.tools.count()
+
+    assert tool_counts == {"memory": 9, "time": 2, "honest": 2}
+    memory = McpServer.objects.get(slug="memory")
+    assert memory.status.sandbox_image.startswith(
+        "toolroom/npm-modelcontextprotocol-server-memory:"
+    )
+    honest = McpServer.objects.get(slug="honest")
+    assert honest.status.sandbox_image == images.servers.reference
