@@ -9,6 +9,7 @@ import json
 import httpx2
 import pytest
 from django.core.management import call_command
+from django.urls import reverse
 
 from registry.audit.models import AuditEvent
 from registry.servers.importing import (
@@ -21,7 +22,9 @@ from registry.servers.importing import (
 from registry.servers.importing.launchers import LauncherError, launcher_parse
 from registry.servers.models import McpServer
 from tests.discovery_helpers import discover_inline
+from tests.factories import McpServerFactory
 from tests.sandbox_images import ensure_node_test_image, ensure_test_images
+from tests.test_admin_servers import _form_data as admin_form_data
 
 MEMORY = "@modelcontextprotocol/server-memory"
 
@@ -326,3 +329,71 @@ def test_npx_uvx_and_docker_run_entries_are_discovered_in_the_sandbox(alice):
     )
     honest = McpServer.objects.get(slug="honest")
     assert honest.status.sandbox_image == images.servers.reference
+
+
+# --- The admin form and servers registered before --------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_admin_form_stores_a_launcher_as_a_pinned_package(client, alice):
+    client.force_login(alice)
+    response = client.post(
+        reverse("admin:servers_mcpserver_add"),
+        admin_form_data(command=f"npx\n-y\n{MEMORY}", trust_tier="untrusted"),
+        follow=True,
+    )
+
+    newest = _newest_on_npm(MEMORY)
+    server = McpServer.objects.get(slug="weather")
+    assert server.command == ["npx", "-y", f"{MEMORY}@{newest}"]
+    assert (server.package_registry, server.package_identifier, server.package_version) == (
+        "npm",
+        MEMORY,
+        newest,
+    )
+    assert AuditEvent.objects.get(action="server.package_pinned").details["version"] == newest
+    assert any(f"pinned to {newest}" in str(m) for m in response.context["messages"])
+
+
+@pytest.mark.django_db
+def test_the_admin_form_refuses_a_range_on_the_command(client, alice):
+    client.force_login(alice)
+    response = client.post(
+        reverse("admin:servers_mcpserver_add"),
+        admin_form_data(command="uvx\nmcp-server-time>=2026"),
+    )
+
+    assert response.status_code == 200
+    assert "version range" in response.context["adminform"].form.errors["command"][0]
+    assert not McpServer.objects.exists()
+
+
+@pytest.mark.django_db
+def test_adopt_launchers_pins_servers_registered_before(alice):
+    old = McpServerFactory(slug="time", command=["uvx", "mcp-server-time", "--local-timezone=UTC"])
+    local = McpServerFactory(slug="local", command=["python", "-m", "server"])
+    docker = McpServerFactory(
+        slug="fetch",
+        command=["docker", "run", "-i", "--rm", "--privileged", "-e", "K=v", "mcp/fetch:1.4"],
+    )
+    out = io.StringIO()
+
+    call_command("adopt_launchers", "--dry-run", stdout=out)
+    old.refresh_from_db()
+    assert old.package_registry == ""
+    assert "~ time: would change" in out.getvalue()
+
+    call_command("adopt_launchers", stdout=io.StringIO())
+
+    newest = _newest_on_pypi("mcp-server-time")
+    old.refresh_from_db()
+    local.refresh_from_db()
+    docker.refresh_from_db()
+    assert old.command == ["uvx", f"mcp-server-time=={newest}", "--local-timezone=UTC"]
+    assert (old.package_registry, old.package_version) == ("pypi", newest)
+    assert local.command == ["python", "-m", "server"]
+    assert local.package_registry == ""
+    assert docker.image == "mcp/fetch:1.4"
+    assert docker.command == ["docker", "run", "-i", "--rm", "-e", "K", "mcp/fetch:1.4"]
+    assert docker.env == {"K": "v"}
+    assert AuditEvent.objects.filter(action="server.package_pinned", server_id=old.pk).exists()

@@ -39,6 +39,7 @@ from registry.servers.admin_operations import (
     operate_view,
     server_operations_context,
 )
+from registry.servers.launcher_adoption import package_pin_record
 from registry.servers.models import (
     ApprovalState,
     Category,
@@ -349,6 +350,14 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except ApplicationError as exc:
             messages.error(request, exc.message)
             request._toolroom_save_failed = True  # type: ignore[attr-defined]
+            return
+        # A launcher command (npx, uvx, docker run) became a pinned package or image reference.
+        if getattr(form, "launcher_pin", None) is not None:
+            package_pin_record(
+                actor=request.user, server=McpServer.objects.get(pk=obj.pk), pin=form.launcher_pin
+            )
+        for note in getattr(form, "launcher_notes", []):
+            messages.warning(request, note)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """Nothing related is edited on this page; tools change through their own services."""

@@ -9,7 +9,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from registry.core.secret_fields import mask_secret
-from registry.servers.models import McpServer, PermissionClass
+from registry.servers.importing.launchers import LauncherError, PackagePin, launcher_adopt
+from registry.servers.models import McpServer, PermissionClass, Transport
+from registry.servers.package_versions import PackageLookupError
 from registry.servers.services import SECRET_FIELDS, SERVER_EDITABLE_FIELDS
 
 
@@ -121,6 +123,43 @@ class McpServerAdminForm(forms.ModelForm):  # type: ignore[type-arg]
         text = self.cleaned_data.get("egress_allowlist") or ""
         return [line.strip() for line in text.splitlines() if line.strip()]
 
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        self._adopt_launcher(cleaned)
+        return cleaned
+
+    def _adopt_launcher(self, cleaned: dict[str, Any]) -> None:
+        """`npx -y pkg`, `uvx pkg`, `docker run ... IMAGE` typed as the command become a pinned
+        package or image reference, as an import would store them."""
+        self.launcher_pin: PackagePin | None = None
+        self.launcher_notes: list[str] = []
+        self.adopted_fields: set[str] = set()
+        argv = cleaned.get("command")
+        if (
+            cleaned.get("transport") != Transport.STDIO
+            or not argv
+            or cleaned.get("package_registry")
+            or cleaned.get("image")
+        ):
+            return
+        env = cleaned.get("env_text")
+        try:
+            adoption = launcher_adopt(argv=argv, env=env if isinstance(env, dict) else None)
+        except (LauncherError, PackageLookupError) as exc:
+            self.add_error("command", str(exc))
+            return
+        if adoption is None:
+            return
+        for name, value in adoption.fields.items():
+            if name == "env":
+                cleaned["env_text"] = {key: val or "" for key, val in value.items()}
+                self.adopted_fields.add("env_text")
+            else:
+                cleaned[name] = value
+                self.adopted_fields.add(name)
+        self.launcher_pin = adoption.pin
+        self.launcher_notes = adoption.warnings
+
     def _post_clean(self) -> None:
         # The model validates env and headers with everything else.
         self.instance.env = self.cleaned_data.get("env_text", self.instance.env)
@@ -130,6 +169,7 @@ class McpServerAdminForm(forms.ModelForm):  # type: ignore[type-arg]
     def server_fields(self, *, changed_only: bool) -> dict[str, Any]:
         """The form's values as the services take them (field -> value), all or only edits."""
         names = self.changed_data if changed_only else list(self.fields)
+        names = [*names, *sorted(set(getattr(self, "adopted_fields", ())) - set(names))]
         values = {
             name: self.cleaned_data[name]
             for name in names

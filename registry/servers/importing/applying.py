@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import transaction
 
-from registry.audit.services import Actor, audit_record
+from registry.audit.services import Actor
 from registry.core.errors import ApplicationError
 from registry.servers import services
 from registry.servers.importing.entries import ImportFileError, ImportProblem
@@ -22,6 +22,7 @@ from registry.servers.importing.planning import (
     ImportAction,
     ImportPlan,
 )
+from registry.servers.launcher_adoption import package_pin_record
 from registry.servers.models import Category, McpServer, ReviewStatus
 
 
@@ -138,14 +139,7 @@ def _apply_entry(
 def _record_pins(entry: EntryPlan, server: McpServer, actor: Actor) -> None:
     """An audit record for each package the file left unpinned: which version, from where."""
     for pin in entry.pins:
-        audit_record(
-            actor=actor,
-            action="server.package_pinned",
-            target=server,
-            server=server,
-            summary=f"{server.name}: {pin.describe()}",
-            details=pin.as_details(),
-        )
+        package_pin_record(actor=actor, server=server, pin=pin)
 
 
 # --- Categories (no service of their own yet: created here, validated and audited) ----------
