@@ -329,6 +329,14 @@ def test_npx_uvx_and_docker_run_entries_are_discovered_in_the_sandbox(alice):
     )
     honest = McpServer.objects.get(slug="honest")
     assert honest.status.sandbox_image == images.servers.reference
+    # The vetting report says what ran: which image, which command inside it.
+    assert honest.status.vetting_report["launched"] == {
+        "image": images.servers.reference,
+        "digest": images.servers.digest,
+        "command": ["python", "/opt/servers/honest.py"],
+        "network": "none",
+    }
+    assert memory.status.vetting_report["launched"]["command"] == ["mcp-server-memory"]
 
 
 # --- The admin form and servers registered before --------------------------------------------
@@ -397,3 +405,60 @@ def test_adopt_launchers_pins_servers_registered_before(alice):
     assert docker.command == ["docker", "run", "-i", "--rm", "-e", "K", "mcp/fetch:1.4"]
     assert docker.env == {"K": "v"}
     assert AuditEvent.objects.filter(action="server.package_pinned", server_id=old.pk).exists()
+
+
+# --- Said before it fails: commands the sandbox cannot run -------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_import_warns_of_host_paths_and_programs_the_image_lacks():
+    plan = _plan(
+        {
+            "script": {"command": "python3", "args": ["/home/me/servers/weather.py"]},
+            "binary": {"command": "/usr/local/bin/weather-mcp"},
+            "missing": {"command": "weather-mcp", "args": ["--stdio"]},
+            "fine": {"command": "python3", "args": ["-m", "http.server"]},
+        }
+    )
+
+    def sandbox_warnings(slug):
+        return [w for w in _entry(plan, slug).warnings if "sandbox" in w]
+
+    assert "'/home/me/servers/weather.py' is a file on this host" in sandbox_warnings("script")[0]
+    assert "'/usr/local/bin/weather-mcp' is a path on this host" in sandbox_warnings("binary")[0]
+    assert "`weather-mcp` is not in the sandbox's base images" in sandbox_warnings("missing")[0]
+    assert sandbox_warnings("fine") == []
+
+
+@pytest.mark.django_db
+def test_the_admin_warns_on_the_server_page_and_filters_the_list(client, alice):
+    doomed = McpServerFactory(
+        slug="doomed", trust_tier="untrusted", isolation="sandbox", command=["/opt/homebrew/x"]
+    )
+    unadopted = McpServerFactory(
+        slug="unadopted", trust_tier="untrusted", isolation="sandbox", command=["npx", "-y", "x"]
+    )
+    McpServerFactory(
+        slug="packaged",
+        trust_tier="untrusted",
+        isolation="sandbox",
+        command=["uvx", "mcp-server-time==2026.10.19"],
+        package_registry="pypi",
+        package_identifier="mcp-server-time",
+        package_version="2026.10.19",
+    )
+    McpServerFactory(slug="local", trust_tier="builtin", isolation="local", command=["/bin/x"])
+    client.force_login(alice)
+
+    page = client.get(reverse("admin:servers_mcpserver_change", args=[doomed.pk]))
+    listed = client.get(
+        reverse("admin:servers_mcpserver_changelist"), {"sandbox_launch": "will_fail"}
+    )
+
+    assert "Sandbox: The program &#x27;/opt/homebrew/x&#x27; is a path on this host" in (
+        page.content.decode()
+    )
+    assert {server.slug for server in listed.context["cl"].result_list} == {
+        doomed.slug,
+        unadopted.slug,
+    }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+from typing import Any
 
 import anyio
 
@@ -58,16 +60,18 @@ async def discover_plan(plan: LaunchPlan) -> DiscoveryOutcome:
     timings: dict[str, float] = {}
     via = "ephemeral session"
     start = time.perf_counter()
+    launched: dict[str, Any] = {}
     try:
         target = await target_for(plan)
+        launched = dict(getattr(target, "launched", {}))
         async with connect(target, deadlines=discovery_deadlines(plan)) as connection:
             timings["connect"] = elapsed_ms(start)
             outcome = await list_everything(connection, timings=timings, via=via)
     except McpFailure as failure:
         timings["total"] = elapsed_ms(start)
-        return failed_outcome(failure, timings=timings, via=via)
+        return replace(failed_outcome(failure, timings=timings, via=via), launched=launched)
     timings["total"] = elapsed_ms(start)
-    return outcome
+    return replace(outcome, launched=launched)
 
 
 def run_discovery(run_id: int) -> None:

@@ -171,4 +171,10 @@ async def sandbox_target(plan: LaunchPlan) -> TransportTarget:
         description=f"{plan.name} in a sandboxed container ({image.reference}, network "
         f"{plan.network_mode})",
         stderr_tail=stderr_tail,
+        launched={
+            "image": image.reference,
+            "digest": image.digest,
+            "command": list(argv) or list(image.commands[:1]),  # []: the image's own CMD
+            "network": plan.network_mode,
+        },
     )

@@ -51,6 +51,10 @@ from registry.servers.models import (
     ToolApproval,
 )
 from registry.servers.policy import TIER_POLICIES, allowed_network_modes, tier_policy
+from registry.servers.sandbox_checks import (
+    server_ids_with_sandbox_launch_warnings,
+    server_sandbox_launch_warnings,
+)
 from registry.servers.selectors import server_list_with_tool_counts, tool_definition_diff
 
 TOOLS_SHOWN_ON_SERVER_PAGE = 200
@@ -128,6 +132,21 @@ class HealthFilter(admin.SimpleListFilter):
         return queryset
 
 
+class SandboxLaunchFilter(admin.SimpleListFilter):
+    """Sandboxed servers whose command names a host path or a program their image lacks."""
+
+    title = "sandbox launch"
+    parameter_name = "sandbox_launch"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("will_fail", "Will fail in the sandbox")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "will_fail":
+            return queryset.filter(pk__in=server_ids_with_sandbox_launch_warnings())
+        return queryset
+
+
 # (action, label, whether a reason/note is asked for)
 SERVER_DECISIONS: list[tuple[str, str]] = [
     ("submit", "Submit for review"),
@@ -176,6 +195,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "isolation",
         "transport",
         HealthFilter,
+        SandboxLaunchFilter,
         "category",
         "data_sensitivity",
     ]
@@ -418,6 +438,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "server_audit_events": list(audit_events_for_server(server_id=server.pk)),
             "server_decisions": decisions,
             "launch_summary": _launch_summary(server),
+            "sandbox_launch_warnings": server_sandbox_launch_warnings(server),
             "allowed_network_modes": allowed_network_modes(
                 server.trust_tier, server.data_sensitivity
             ),

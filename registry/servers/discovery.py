@@ -52,6 +52,8 @@ class DiscoveryOutcome:
     error_kind: str = ""
     stderr_tail: str = ""
     via: str = ""
+    # What actually ran, for a sandboxed server: image, digest, command inside it, network.
+    launched: dict[str, Any] = field(default_factory=dict)
 
 
 def discovery_request(*, server: McpServer, actor: Actor, trigger: str) -> DiscoveryRun:
@@ -127,6 +129,7 @@ def _vetting_report(
     return {
         "ok": outcome.ok,
         "via": outcome.via,
+        "launched": outcome.launched,
         "protocol_version": outcome.protocol_version,
         "server_info": outcome.server_info,
         "capabilities": outcome.capabilities,

@@ -113,6 +113,8 @@ class TransportTarget:
     open_transport: Callable[[], Transport]
     description: str
     stderr_tail: Callable[[], str] = lambda: ""
+    # What runs, for reports: e.g. the image, its digest and the command inside it.
+    launched: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         return self.description

@@ -48,6 +48,7 @@ from registry.servers.policy import (
     is_trust_increase,
     tier_policy,
 )
+from registry.servers.sandbox_checks import server_sandbox_launch_warnings
 
 SECRET_FIELDS = ("env", "headers")
 
@@ -367,6 +368,8 @@ def _plan_entry(
             for message in messages
         )
 
+    if not problems:
+        warnings.extend(server_sandbox_launch_warnings(candidate))
     plan = EntryPlan(
         label=entry.label,
         slug=entry.slug,
