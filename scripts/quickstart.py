@@ -37,6 +37,8 @@ PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 class ChildSpec:
     name: str
     argv: list[str]
+    # A job that finishes on its own (e.g. building images): its exit stops nothing else.
+    oneshot: bool = False
 
 
 @dataclass
@@ -82,6 +84,13 @@ def quickstart_processes(*, port: int) -> list[ChildSpec]:
     return [ChildSpec("web", web), ChildSpec("worker", worker), ChildSpec("beat", beat)]
 
 
+def quickstart_background_jobs() -> list[ChildSpec]:
+    """Jobs `make run` starts next to the processes and lets finish: the sandbox's base images
+    are built where an engine answers and they are missing (progress in this log and on the
+    Fleet status page), then the demo's sandboxed servers are discovered."""
+    return [ChildSpec("sandbox", [PYTHON, "manage.py", "sandbox", "prepare"], oneshot=True)]
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: on Linux, get SIGTERM if the supervisor itself is killed.
 
@@ -123,7 +132,7 @@ class Supervisor:
 
     def exited_child(self) -> Child | None:
         for child in self.children:
-            if child.process.poll() is not None:
+            if not child.spec.oneshot and child.process.poll() is not None:
                 return child
         return None
 
@@ -328,7 +337,7 @@ def main() -> int:
     )
 
     print(f"Starting Toolroom on http://127.0.0.1:{port}/ ...", flush=True)
-    supervisor = Supervisor(quickstart_processes(port=port), env)
+    supervisor = Supervisor([*quickstart_processes(port=port), *quickstart_background_jobs()], env)
     code = supervisor.run(on_tick=ReadinessProbe(port))
     if supervisor.stop_requested_by is not None:
         print("Toolroom stopped.", flush=True)

@@ -239,3 +239,59 @@ def test_a_busy_port_is_named_before_anything_is_prepared(tmp_path):
     assert f"Port {port} on 127.0.0.1 is already in use" in result.stderr
     assert f"make run PORT={port + 1}" in result.stderr
     assert not (tmp_path / "toolroom.sqlite3").exists()
+
+
+DEMO_SLUGS = ["everything", "fetch", "filesystem", "git", "memory", "time"]
+
+
+def test_a_quickstart_with_an_engine_discovers_all_six_demo_servers(tmp_path):
+    """The demo's sandboxed servers (fetch, filesystem, memory, everything) as well as the local
+    ones: `make run` prepares the sandbox in the background (base images built where missing,
+    reused here) and the worker discovers them in containers on the real engine."""
+    port = free_port()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("REDIS_URL", "DATABASE_URL", "TOOLROOM_PROFILE", "DJANGO_SETTINGS_MODULE")
+        and not key.startswith("TOOLROOM_")
+    }
+    env.update({"PORT": str(port), "TOOLROOM_DATA_DIR": str(tmp_path)})
+    process = subprocess.Popen(
+        [sys.executable, str(QUICKSTART)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    database = tmp_path / "toolroom.sqlite3"
+
+    def discovered():
+        if not database.exists():
+            return []
+        with contextlib.closing(sqlite3.connect(database, timeout=10)) as db:
+            try:
+                rows = db.execute(
+                    "SELECT DISTINCT s.slug FROM servers_mcpserver s JOIN servers_discoveryrun r "
+                    "ON r.server_id = s.id AND r.status = 'succeeded' ORDER BY s.slug"
+                ).fetchall()
+            except sqlite3.OperationalError:
+                return []
+        return [slug for (slug,) in rows]
+
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            if discovered() == DEMO_SLUGS:
+                break
+            time.sleep(2)
+        found = discovered()
+        with contextlib.closing(sqlite3.connect(database, timeout=10)) as db:
+            preparation = db.execute("SELECT state FROM servers_sandboxpreparation").fetchall()
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    text = output.decode(errors="replace")
+    assert found == DEMO_SLUGS, text[-4000:]
+    assert preparation == [("ready",)], text[-4000:]
+    assert "sandbox: images ready" in text
+    assert process.returncode == 0, text[-3000:]

@@ -50,11 +50,12 @@ from registry.servers.models import (
     Tool,
     ToolApproval,
 )
-from registry.servers.policy import TIER_POLICIES, allowed_network_modes, tier_policy
+from registry.servers.policy import TIER_POLICIES, Isolation, allowed_network_modes, tier_policy
 from registry.servers.sandbox_checks import (
     server_ids_with_sandbox_launch_warnings,
     server_sandbox_launch_warnings,
 )
+from registry.servers.sandbox_preparation import sandbox_preparation_current
 from registry.servers.selectors import server_list_with_tool_counts, tool_definition_diff
 
 TOOLS_SHOWN_ON_SERVER_PAGE = 200
@@ -439,6 +440,9 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "server_decisions": decisions,
             "launch_summary": _launch_summary(server),
             "sandbox_launch_warnings": server_sandbox_launch_warnings(server),
+            "sandbox_preparation": sandbox_preparation_current()
+            if server.isolation == Isolation.SANDBOX
+            else None,
             "allowed_network_modes": allowed_network_modes(
                 server.trust_tier, server.data_sensitivity
             ),

@@ -31,6 +31,7 @@ from registry.servers.models import (
     Tool,
 )
 from registry.servers.runtime import runtime_live_owner, runtime_request
+from registry.servers.sandbox_preparation import sandbox_preparation_current
 
 OPERATIONS = {
     "discover": "Discover now",
@@ -173,5 +174,6 @@ def fleet_status_view(
         "changed_tools": list(changed_tools),
         "failed_discoveries": list(failed_discoveries),
         "tools_awaiting": awaiting,
+        "sandbox_preparation": sandbox_preparation_current(),
     }
     return TemplateResponse(request, "admin/servers/fleet_status.html", context)

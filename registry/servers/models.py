@@ -607,3 +607,29 @@ class HealthSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.server_id} {'ok' if self.ok else 'failed'} at {self.checked_at:%H:%M:%S}"
+
+
+class SandboxPreparationState(models.TextChoices):
+    BUILDING = "building", "Building images"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+    NO_ENGINE = "no_engine", "No Docker engine"
+
+
+class SandboxPreparation(models.Model):
+    """The sandbox's base images being made ready on this installation's engine (one row,
+    written by `manage.py sandbox prepare`, which `make run` starts in the background)."""
+
+    state = models.CharField(max_length=20, choices=SandboxPreparationState.choices)
+    step = models.CharField(max_length=300, blank=True, help_text="What is being done now.")
+    steps_done = models.PositiveSmallIntegerField(default=0)
+    steps_total = models.PositiveSmallIntegerField(default=0)
+    detail = models.TextField(blank=True, help_text="Why it failed and the command that fixes it.")
+    started_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "sandbox preparation"
+
+    def __str__(self) -> str:
+        return f"{self.get_state_display()}: {self.step}" if self.step else self.get_state_display()

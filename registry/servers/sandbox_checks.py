@@ -18,9 +18,9 @@ from registry.servers.models import McpServer, Transport
 from registry.servers.policy import Isolation, tier_policy
 
 # What the base images have on PATH (workers.adapters.sandbox.images builds them: debootstrap
-# minbase with python3; the Node base adds Node.js, npm and npx).
+# minbase with python3; the Node base has Node.js instead).
 BASE_IMAGE_PROGRAMS = frozenset({"python3", "python3.11", "sh", "bash", "env", "cat", "true"})
-NODE_IMAGE_PROGRAMS = BASE_IMAGE_PROGRAMS | {"node", "npm", "npx"}
+NODE_IMAGE_PROGRAMS = BASE_IMAGE_PROGRAMS | {"node"}
 _SCRIPT = re.compile(r"\.(py|js|mjs|cjs|ts|sh)$")
 _IMAGE_PATHS = ("/opt/", "/usr/")
 

@@ -6,6 +6,8 @@ python manage.py sandbox build-package pypi mcp-server-time==2026.10.19
 python manage.py sandbox build-package npm @modelcontextprotocol/server-memory@2026.8.31
 python manage.py sandbox janitor [--owner NAME | --all]
 python manage.py sandbox status
+python manage.py sandbox prepare   (build the base images the registered servers need, in the
+                                    background of `make run`; progress on the Fleet status page)
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from registry.servers.models import SandboxPreparationState
 from workers.adapters.sandbox import (
     BASE_IMAGE,
     NODE_BASE_IMAGE,
@@ -28,6 +31,7 @@ from workers.adapters.sandbox import (
     sandbox_status,
 )
 from workers.adapters.sandbox.spec import default_owner
+from workers.sandbox_preparation import prepare_sandbox
 
 
 def split_package(registry: str, text: str) -> tuple[str, str]:
@@ -62,6 +66,11 @@ class Command(BaseCommand):
         owner.add_argument("--owner", default=default_owner(), help="Owner label (this host).")
         owner.add_argument("--all", action="store_true", help="Every owner's orphans.")
         actions.add_parser("status", help="Engine, images, containers and networks.")
+        actions.add_parser(
+            "prepare",
+            help="Build the missing base images the registered sandboxed servers need, then "
+            "discover those servers (progress on the Fleet status page).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -95,6 +104,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"{len(removed)} orphaned resource(s) removed.")
             elif action == "status":
                 self._status()
+            elif action == "prepare":
+                state = prepare_sandbox(say=self._say)
+                if state == SandboxPreparationState.FAILED:
+                    raise CommandError("The sandbox's images could not be built; see above.")
         except SandboxError as exc:
             raise CommandError(exc.message) from exc
 
