@@ -388,6 +388,12 @@ TOOLROOM_DISCOVERY_TIMEOUT_SECONDS: int = env.int("TOOLROOM_DISCOVERY_TIMEOUT_SE
 # janitor removes a dead worker's containers by it. Give workers on one host distinct names
 # only if they share no engine.
 TOOLROOM_SANDBOX_OWNER: str = env.str("TOOLROOM_SANDBOX_OWNER", default="")
+# `sandbox prune` (and its daily task) keeps this many images each server ran most recently, and
+# every image younger than the age given (hours): a worker may be about to run what it built.
+TOOLROOM_SANDBOX_PRUNE_KEEP: int = env.int("TOOLROOM_SANDBOX_PRUNE_KEEP", default=2)
+TOOLROOM_SANDBOX_PRUNE_MIN_AGE_HOURS: int = env.int(
+    "TOOLROOM_SANDBOX_PRUNE_MIN_AGE_HOURS", default=24
+)
 
 # --- Catalogue ---------------------------------------------------------------------------------
 

@@ -22,10 +22,12 @@ from registry.servers.health import (
 from registry.servers.models import McpServer, ReviewStatus
 from registry.servers.runtime import runtime_reconcile_plan
 from workers import lifecycle  # noqa: F401 - connects the worker start/stop hooks
+from workers.adapters.sandbox import SandboxError
 from workers.celery import app
 from workers.discovery import run_discovery
 from workers.health import run_health_batch
 from workers.runtime_host import current_manager
+from workers.sandbox_pruning import describe_bytes, sandbox_images_prune
 
 logger = logging.getLogger(__name__)
 
@@ -118,3 +120,19 @@ def discovery_schedule() -> int:
 @app.task(name=task_queue.HEALTH_HISTORY_PRUNE)
 def prune_health_history() -> int:
     return health_history_prune()
+
+
+@app.task(name=task_queue.SANDBOX_IMAGES_PRUNE)
+def sandbox_images_prune_task() -> int:
+    """Daily: remove the sandbox images no server uses any more; returns the bytes freed."""
+    try:
+        report = sandbox_images_prune()
+    except SandboxError as exc:
+        logger.warning("Sandbox image prune skipped: %s", exc.message)
+        return 0
+    logger.info(
+        "Sandbox image prune: %d image(s) removed, %s freed",
+        len(report.removed),
+        describe_bytes(report.bytes_freed),
+    )
+    return report.bytes_freed

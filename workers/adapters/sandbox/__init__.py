@@ -27,6 +27,7 @@ from workers.adapters.sandbox.janitor import (
     remove_surplus_egress_networks,
     sandbox_status,
 )
+from workers.adapters.sandbox.pruning import PrunedImage, PruneReport, prune_server_images
 from workers.adapters.sandbox.spec import NETWORK_MODES, ContainerSpec, HostMount, NetworkMode
 from workers.adapters.sandbox.transport import SandboxTransport, sandbox_transport
 
@@ -41,6 +42,8 @@ __all__ = [
     "ImageBuildError",
     "ImageRef",
     "NetworkMode",
+    "PruneReport",
+    "PrunedImage",
     "SandboxError",
     "SandboxSpecError",
     "SandboxStatus",
@@ -52,6 +55,7 @@ __all__ = [
     "connect_engine",
     "engine_version",
     "image_digest",
+    "prune_server_images",
     "remove_orphans",
     "remove_surplus_egress_networks",
     "sandbox_status",

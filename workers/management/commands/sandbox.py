@@ -6,6 +6,7 @@ python manage.py sandbox build-package pypi mcp-server-time==2026.10.19
 python manage.py sandbox build-package npm @modelcontextprotocol/server-memory@2026.8.31
 python manage.py sandbox janitor [--owner NAME | --all]
 python manage.py sandbox status
+python manage.py sandbox prune [--keep N] [--min-age-hours H] [--dry-run]
 python manage.py sandbox prepare   (build the base images the registered servers need, in the
                                     background of `make run`; progress on the Fleet status page)
 """
@@ -13,6 +14,7 @@ python manage.py sandbox prepare   (build the base images the registered servers
 from __future__ import annotations
 
 from argparse import ArgumentParser
+from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -32,6 +34,7 @@ from workers.adapters.sandbox import (
 )
 from workers.adapters.sandbox.spec import default_owner
 from workers.sandbox_preparation import prepare_sandbox
+from workers.sandbox_pruning import describe_bytes, sandbox_images_prune
 
 
 def split_package(registry: str, text: str) -> tuple[str, str]:
@@ -66,6 +69,14 @@ class Command(BaseCommand):
         owner.add_argument("--owner", default=default_owner(), help="Owner label (this host).")
         owner.add_argument("--all", action="store_true", help="Every owner's orphans.")
         actions.add_parser("status", help="Engine, images, containers and networks.")
+        prune = actions.add_parser(
+            "prune", help="Remove the server images no server uses (never the base images)."
+        )
+        prune.add_argument("--keep", type=int, help="Images kept per server (default: setting).")
+        prune.add_argument(
+            "--min-age-hours", type=float, help="Keep younger images (default: setting)."
+        )
+        prune.add_argument("--dry-run", action="store_true", help="Say what would go.")
         actions.add_parser(
             "prepare",
             help="Build the missing base images the registered sandboxed servers need, then "
@@ -104,12 +115,31 @@ class Command(BaseCommand):
                 self.stdout.write(f"{len(removed)} orphaned resource(s) removed.")
             elif action == "status":
                 self._status()
+            elif action == "prune":
+                self._prune(options)
             elif action == "prepare":
                 state = prepare_sandbox(say=self._say)
                 if state == SandboxPreparationState.FAILED:
                     raise CommandError("The sandbox's images could not be built; see above.")
         except SandboxError as exc:
             raise CommandError(exc.message) from exc
+
+    def _prune(self, options: dict[str, Any]) -> None:
+        hours = options["min_age_hours"]
+        report = sandbox_images_prune(
+            keep_per_server=options["keep"],
+            min_age=None if hours is None else timedelta(hours=hours),
+            dry_run=options["dry_run"],
+        )
+        verb = "would remove" if options["dry_run"] else "removed"
+        for image in report.removed:
+            self.stdout.write(f"{verb} {image.reference} ({describe_bytes(image.unique_bytes)})")
+        for reference, why in sorted(report.kept.items()):
+            self.stdout.write(f"kept {reference}: {why}")
+        self.stdout.write(
+            f"{len(report.removed)} image(s) {verb}, {describe_bytes(report.bytes_freed)} "
+            f"{'would be ' if options['dry_run'] else ''}freed."
+        )
 
     def _say(self, line: str) -> None:
         self.stderr.write(line)
