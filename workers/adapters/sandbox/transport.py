@@ -286,6 +286,7 @@ class SandboxTransport:
         dns: tuple[str, ...] = ()
         dns_options: tuple[str, ...] = ()
         network_mode = "none"
+        proxy_network: str | None = None
         if spec.network_mode in ("internal", "proxied"):
             labels = resource_labels(spec, session_id=state.session_id, role="network")
             name = state.network_name = resource_name(spec, session_id=state.session_id, role="net")
@@ -293,10 +294,42 @@ class SandboxTransport:
             state.network_id = network_mode = network_id
             dns, dns_options = networks.ISOLATED_DNS, networks.ISOLATED_DNS_OPTIONS
             if spec.network_mode == "proxied":
-                address = await self._start_proxy(engine, state, network_id)
-                env.update(networks.proxy_environment(address))
+                # The server finds the proxy by its alias on the session network (the network's
+                # own DNS answers names of containers on it), so the proxy starts alongside the
+                # server instead of before it; the session opens once both are up.
+                proxy_network = network_id
+                env.update(networks.proxy_environment(networks.PROXY_ALIAS))
         elif spec.network_mode == "bridge":
             network_mode = await _engine_call(networks.ensure_egress_network, engine)
+        if proxy_network is None:
+            await self._start_server(
+                engine, state, env, network_mode, dns=dns, dns_options=dns_options
+            )
+            return
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._start_proxy, engine, state, proxy_network)
+                await self._start_server(
+                    engine, state, env, network_mode, dns=dns, dns_options=dns_options
+                )
+        except BaseExceptionGroup as failures:
+            # One failure is the story (the other task was cancelled because of it).
+            first = failures.exceptions[0]
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
+
+    async def _start_server(
+        self,
+        engine: Engine,
+        state: _Session,
+        env: dict[str, str],
+        network_mode: str,
+        *,
+        dns: tuple[str, ...],
+        dns_options: tuple[str, ...],
+    ) -> None:
+        spec = self.spec
 
         host_config = engine.api.create_host_config(
             **hardened_host_config(
