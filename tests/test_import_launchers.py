@@ -25,6 +25,7 @@ from tests.discovery_helpers import discover_inline
 from tests.factories import McpServerFactory
 from tests.sandbox_images import ensure_node_test_image, ensure_test_images
 from tests.test_admin_servers import _form_data as admin_form_data
+from workers.adapters.sandbox.images import NODE_VERSION
 
 MEMORY = "@modelcontextprotocol/server-memory"
 
@@ -337,6 +338,7 @@ def test_npx_uvx_and_docker_run_entries_are_discovered_in_the_sandbox(alice):
         "network": "none",
     }
     assert memory.status.vetting_report["launched"]["command"] == ["mcp-server-memory"]
+    assert memory.status.vetting_report["launched"]["node_version"] == NODE_VERSION
 
 
 # --- The admin form and servers registered before --------------------------------------------

@@ -38,7 +38,7 @@ from workers.adapters.sandbox import (
     remove_surplus_egress_networks,
     sandbox_transport,
 )
-from workers.adapters.sandbox.images import LABEL_INPUTS
+from workers.adapters.sandbox.images import LABEL_INPUTS, NODE_VERSION
 from workers.adapters.sandbox.spec import LABEL_MANAGED, LABEL_OWNER, LABEL_ROLE, LABEL_SESSION
 
 pytestmark = pytest.mark.anyio
@@ -431,6 +431,8 @@ async def test_the_published_time_server_runs_sandboxed_without_network(engine, 
 async def test_an_npm_server_runs_sandboxed_on_the_node_base(engine):
     image = ensure_node_test_image(engine, say=lambda _line: None)
     assert image.commands == ("mcp-server-memory",)
+    # A maintained Node.js from the npm registry, not Debian's end-of-life 18.
+    assert image.node_version == NODE_VERSION
     spec = ContainerSpec(
         server_key="memory",
         image=image.digest,

@@ -176,5 +176,6 @@ async def sandbox_target(plan: LaunchPlan) -> TransportTarget:
             "digest": image.digest,
             "command": list(argv) or list(image.commands[:1]),  # []: the image's own CMD
             "network": plan.network_mode,
+            **({"node_version": image.node_version} if image.node_version else {}),
         },
     )

