@@ -464,3 +464,17 @@ def test_the_admin_warns_on_the_server_page_and_filters_the_list(client, alice):
         doomed.slug,
         unadopted.slug,
     }
+
+
+@pytest.mark.django_db
+def test_toolroom_yaml_commands_are_read_as_launchers_too():
+    content = (
+        b"version: 1\nmcp_servers:\n  time:\n    name: Time\n    transport: stdio\n"
+        b"    command: [uvx, 'mcp-server-time==2026.10.19', --local-timezone, UTC]\n"
+    )
+
+    plan = import_plan(content=content, filename="servers.yaml", options=ImportOptions())
+
+    values = _entry(plan, "time").values
+    assert (values["package_registry"], values["package_version"]) == ("pypi", "2026.10.19")
+    assert values["command"] == ["uvx", "mcp-server-time==2026.10.19", "--local-timezone", "UTC"]
