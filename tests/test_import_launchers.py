@@ -26,6 +26,7 @@ from tests.factories import McpServerFactory
 from tests.sandbox_images import ensure_node_test_image, ensure_test_images
 from tests.test_admin_servers import _form_data as admin_form_data
 from workers.adapters.sandbox.images import NODE_VERSION
+from workers.sandboxing import package_command
 
 MEMORY = "@modelcontextprotocol/server-memory"
 
@@ -478,3 +479,18 @@ def test_toolroom_yaml_commands_are_read_as_launchers_too():
     values = _entry(plan, "time").values
     assert (values["package_registry"], values["package_version"]) == ("pypi", "2026.10.19")
     assert values["command"] == ["uvx", "mcp-server-time==2026.10.19", "--local-timezone", "UTC"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["uvx", "mcp-server-time==1.0", "--tz", "UTC"], ("", ["--tz", "UTC"])),
+        (["uvx", "--from", "mcp-server-time==1.0", "time-cli", "-v"], ("time-cli", ["-v"])),
+        # server.json runtime options the parser refuses still run the package's arguments.
+        (["uvx", "--python", "3.12", "mcp-server-time==1.0", "--tz", "UTC"], ("", ["--tz", "UTC"])),
+        (["uvx", "other-package==1.0"], None),
+        (["python", "-m", "mcp_server_time"], None),
+    ],
+)
+def test_the_sandbox_finds_the_packages_own_arguments(argv, expected):
+    assert package_command(argv, "mcp-server-time") == expected

@@ -20,7 +20,12 @@ import anyio
 from django.conf import settings
 from django.db import close_old_connections
 
-from registry.servers.importing.launchers import Launcher, LauncherError, launcher_parse
+from registry.servers.importing.launchers import (
+    Launcher,
+    LauncherError,
+    is_launcher,
+    launcher_parse,
+)
 from registry.servers.launch import LaunchPlan
 from registry.servers.runtime import server_sandbox_image_record
 from workers.adapters.mcp_client import McpFailure, TransportTarget
@@ -64,6 +69,26 @@ def _launched(argv: Sequence[str]) -> Launcher | None:
         return None
 
 
+def package_command(argv: Sequence[str], identifier: str) -> tuple[str, list[str]] | None:
+    """For a launcher command of the package `identifier`: (the program it names, "" for the
+    package's own, and the server's arguments); None when argv does not launch that package.
+
+    A command the launcher parser refuses (a server.json entry's runtime options, say) still
+    runs: the arguments are those after the word naming the package.
+    """
+    launcher = _launched(argv)
+    if launcher is not None:
+        if launcher.identifier != identifier:
+            return None
+        return launcher.program, list(launcher.arguments)
+    if not is_launcher(list(argv)):
+        return None
+    for index, word in enumerate(argv[1:], start=1):
+        if word == identifier or word.startswith((f"{identifier}@", f"{identifier}==")):
+            return "", list(argv[index + 1 :])
+    return None
+
+
 def _program_of(image: ImageRef, identifier: str) -> str | None:
     named = [c for c in image.commands if c.lower() == identifier.rsplit("/", 1)[-1].lower()]
     if named:
@@ -94,11 +119,11 @@ def _resolve(plan: LaunchPlan) -> tuple[ImageRef, list[str]]:
                 plan.package_version,
                 engine=engine,
             )
-            launcher = _launched(plan.argv)
-            if launcher is None or launcher.identifier != plan.package_identifier:
+            launched = package_command(plan.argv, plan.package_identifier)
+            if launched is None:
                 return image, list(plan.argv)  # the command names the package's program
-            arguments = list(launcher.arguments)
-            program = launcher.program or _program_of(image, plan.package_identifier)
+            named, arguments = launched
+            program = named or _program_of(image, plan.package_identifier)
             if program is None:
                 if not arguments:
                     return image, []  # the image's own default command
