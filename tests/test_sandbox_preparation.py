@@ -10,7 +10,11 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from registry.servers.models import DiscoveryRun, SandboxPreparation
-from registry.servers.sandbox_preparation import FIX_COMMAND, sandbox_needs
+from registry.servers.sandbox_preparation import (
+    FIX_COMMAND,
+    sandbox_needs,
+    sandbox_preparation_record,
+)
 from tests.factories import McpServerFactory
 from tests.sandbox_images import ensure_node_test_image, ensure_test_images
 
@@ -77,11 +81,26 @@ def test_with_the_images_on_the_engine_it_is_ready_and_discovers_the_servers(cli
     )
     DiscoveryRun.objects.all().delete()  # those queued when the servers were created
 
-    call_command("sandbox", "prepare", stderr=io.StringIO())
+    err = io.StringIO()
+    call_command("sandbox", "prepare", stderr=err)
 
+    # The proxy's image is the one step left (kept: it exists), reported as progress.
+    assert "sandbox: 1/1 the egress proxy's image" in err.getvalue()
+    assert "sandbox: images ready; discovering" in err.getvalue()
     preparation = SandboxPreparation.objects.get()
     assert preparation.state == "ready"
     assert set(DiscoveryRun.objects.values_list("server__slug", flat=True)) == {"memory", "fetch"}
     client.force_login(alice)
     page = client.get(reverse("admin:servers_mcpserver_change", args=[server.pk])).content.decode()
     assert "sandbox-preparation" not in page
+
+
+def test_the_fleet_page_shows_the_progress_while_images_build(client, alice):
+    sandbox_preparation_record(
+        state="building", step="building toolroom/sandbox-base:bookworm", steps_total=3
+    )
+    client.force_login(alice)
+
+    fleet = client.get(reverse("admin:servers_mcpserver_fleet")).content.decode()
+
+    assert "Building images</strong> (0/3 done): building toolroom/sandbox-base:bookworm" in fleet
