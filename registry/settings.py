@@ -367,6 +367,11 @@ TOOLROOM_ALLOWED_NETWORKS: list[str] = env.list(
 )
 # Largest import file (mcp.json, server.json, YAML) accepted, in bytes.
 TOOLROOM_IMPORT_MAX_BYTES: int = env.int("TOOLROOM_IMPORT_MAX_BYTES", default=1024 * 1024)
+# Environment variables an import's `${VAR}` may read besides those named TOOLROOM_IMPORT_*;
+# Toolroom's own secrets (SECRET_KEY, TOOLROOM_SECRETS_KEY, DATABASE_URL...) never.
+TOOLROOM_IMPORT_ALLOWED_VARIABLES: list[str] = env.list(
+    "TOOLROOM_IMPORT_ALLOWED_VARIABLES", default=[]
+)
 # A health check slower than this (milliseconds) marks the server degraded.
 TOOLROOM_HEALTH_DEGRADED_LATENCY_MS: int = env.int(
     "TOOLROOM_HEALTH_DEGRADED_LATENCY_MS", default=5000

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import PermissionsMixin
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -31,7 +32,9 @@ from registry.servers.models import (
 )
 from registry.servers.policy import (
     NETWORK_STRICTNESS,
+    Isolation,
     NetworkMode,
+    TrustTier,
     allowed_network_modes,
     is_sensitivity_decrease,
     is_trust_increase,
@@ -114,6 +117,63 @@ CATALOGUE_FIELDS = frozenset(
 )
 
 
+# Giving a server a tier above untrusted, or letting it run as a local process, vouches for the
+# code it runs on the worker host: only people with this permission may.
+VOUCH_PERMISSION = "servers.vouch_trust_tier"
+
+
+def actor_may_vouch(actor: Actor) -> bool:
+    """People need the vouch permission; labels other than agents are operators at the
+    command line or Toolroom itself (`cli`, `system`), who own the host anyway."""
+    if actor is None:
+        return True
+    if isinstance(actor, str):
+        return not actor.startswith("agent:")
+    if not isinstance(actor, PermissionsMixin) or not actor.is_active:
+        return False
+    return actor.has_perm(VOUCH_PERMISSION)
+
+
+def vouch_reasons(before: McpServer | None, after: McpServer, changed: set[str]) -> list[str]:
+    """What in this create or update only someone who may vouch for trust tiers may do."""
+    reasons: list[str] = []
+    above_untrusted = after.trust_tier != TrustTier.UNTRUSTED
+    runs_locally = after.isolation == Isolation.LOCAL
+    if before is None:
+        if above_untrusted:
+            reasons.append(f"give a server the {after.get_trust_tier_display()} tier")
+        if runs_locally:
+            reasons.append("let a server run as a local process")
+        return reasons
+    if "trust_tier" in changed and is_trust_increase(before.trust_tier, after.trust_tier):
+        reasons.append(f"raise a server's tier to {after.get_trust_tier_display()}")
+    if runs_locally and before.isolation != Isolation.LOCAL:
+        reasons.append("let a server run as a local process")
+    elif runs_locally and changed & RUNTIME_FIELDS:
+        # What a local server runs is code on the worker host: editing it is vouching for it.
+        what = ", ".join(sorted(changed & RUNTIME_FIELDS))
+        reasons.append(f"change what a local process server runs ({what})")
+    return reasons
+
+
+def _check_vouch(
+    actor: Actor, before: McpServer | None, after: McpServer, changed: set[str]
+) -> None:
+    reasons = vouch_reasons(before, after, changed)
+    if reasons and not actor_may_vouch(actor):
+        raise ApplicationError(
+            vouch_refusal(reasons), field="trust_tier" if "tier" in reasons[0] else "isolation"
+        )
+
+
+def vouch_refusal(reasons: list[str]) -> str:
+    return (
+        f"You may not {'; nor '.join(reasons)}: that needs the permission 'Can give imported "
+        "servers a trust tier above untrusted' (servers.vouch_trust_tier). Without it, a "
+        "server stays untrusted and sandboxed."
+    )
+
+
 def _field_value(server: McpServer, name: str) -> Any:
     if name == "category":
         return server.category.slug if server.category_id else None  # type: ignore[union-attr]
@@ -168,6 +228,7 @@ def server_create(*, actor: Actor, **fields: Any) -> McpServer:
         server.full_clean()
     except ValidationError as exc:
         raise _as_validation_application_error(exc) from exc
+    _check_vouch(actor, None, server, set(fields))
     server.save()
     ServerStatus.objects.create(server=server)
     _discover_after_change(server, actor=actor, trigger="created")
@@ -212,6 +273,7 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
     }
     if not changed:
         return locked
+    _check_vouch(actor, original, locked, changed)
     update_fields = set(changed)
     loosened = (
         _loosening_changes(original, locked, changed)
