@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import PermissionsMixin
@@ -85,8 +86,11 @@ SERVER_EDITABLE_FIELDS = frozenset(
 )
 SECRET_FIELDS = frozenset({"env", "headers"})
 # Changing what runs, or where it may reach, after approval sends the server back to review.
+# Env and headers are part of what runs (LD_PRELOAD, NODE_OPTIONS, PYTHONPATH, a proxy header).
 LAUNCH_FIELDS = frozenset(
     {
+        "env",
+        "headers",
         "transport",
         "command",
         "working_directory",
@@ -263,13 +267,16 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
     for name, value in changes.items():
         setattr(locked, name, value)
     tightened = _ratchet_network_to_sensitivity(locked, changes)
+    retargeted = _drop_secrets_on_retarget(original, locked, changes)
     try:
         locked.full_clean()
     except ValidationError as exc:
         raise _as_validation_application_error(exc) from exc
 
     changed = {
-        name for name in {*changes, *tightened} if _raw(original, name) != _raw(locked, name)
+        name
+        for name in {*changes, *tightened, *SECRET_FIELDS}
+        if _raw(original, name) != _raw(locked, name)
     }
     if not changed:
         return locked
@@ -303,10 +310,19 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
             if tightened
             else ""
         )
-        + (f" It goes back to review ({', '.join(loosened)} loosened)." if loosened else ""),
+        + (f" It goes back to review ({', '.join(loosened)} loosened)." if loosened else "")
+        + (
+            f" Its stored secrets were dropped because its {', '.join(retargeted)} changed; "
+            "enter them again."
+            if retargeted
+            else ""
+        ),
         before=_snapshot(original, sorted(changed)),
         after=_snapshot(locked, sorted(changed)),
-        details={"back_to_review": loosened} if loosened else {},
+        details={
+            **({"back_to_review": loosened} if loosened else {}),
+            **({"secrets_dropped_after": retargeted} if retargeted else {}),
+        },
     )
     if changed & CATALOGUE_FIELDS and not loosened:
         announce_visibility_change(server_ids=[locked.pk], reason="server.updated")
@@ -322,6 +338,52 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
             after={"review_status": locked.review_status},
         )
     return locked
+
+
+def _retarget_reasons(before: McpServer, after: McpServer) -> list[str]:
+    """What changed about where a server's stored secrets would be sent or who would read them."""
+    reasons = [
+        name
+        for name in ("transport", "command", "image", "package_registry", "package_identifier")
+        if getattr(before, name) != getattr(after, name)
+    ]
+    if before.url != after.url and _origin(before.url) != _origin(after.url):
+        reasons.append("URL host")
+    return reasons
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url or "")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
+def _drop_secrets_on_retarget(
+    before: McpServer, after: McpServer, changes: Mapping[str, Any]
+) -> list[str]:
+    """Pointing a server somewhere else (another URL host, command, image) must not carry its
+    stored secrets along: someone who may edit a server but only sees masked values would
+    otherwise send them to a host of their own or print them. Values typed anew in the same
+    change are kept; every other value is emptied, its name kept so an admin sees what to enter
+    again. Returns what changed (empty: nothing was dropped)."""
+    reasons = _retarget_reasons(before, after)
+    if not reasons:
+        return []
+    dropped = False
+    for name in sorted(SECRET_FIELDS):
+        stored: dict[str, str] = getattr(before, name) or {}
+        given: dict[str, str] = changes.get(name, stored) or {}
+        kept = {
+            key: ("" if key in stored and stored[key] == value else value)
+            for key, value in given.items()
+        }
+        if any(stored.get(key) and not kept[key] for key in kept):
+            dropped = True
+        setattr(after, name, kept)
+    return reasons if dropped else []
 
 
 def _ratchet_network_to_sensitivity(
