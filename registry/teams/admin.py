@@ -13,6 +13,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -84,6 +85,14 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="Agent tokens", ordering="agents_count")
     def agents_count(self, obj: Team) -> int:
         return obj.agents_count  # type: ignore[attr-defined,no-any-return]
+
+    def delete_model(self, request: HttpRequest, obj: Team) -> None:
+        services.team_delete(actor=request.user, team=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Team]) -> None:
+        with transaction.atomic():
+            for team in queryset:
+                services.team_delete(actor=request.user, team=team)
 
     def save_model(self, request: HttpRequest, obj: Team, form: Any, change: bool) -> None:
         if change and not {"name", "description"} & set(form.changed_data):
