@@ -329,8 +329,14 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["registry.api.parsers.BoundedJSONParser"],
     "EXCEPTION_HANDLER": "registry.core.api_errors.api_exception_handler",
+    # Rates of the throttles some views and the agent-token authentication apply; counted in
+    # the default cache (Redis wherever REDIS_URL is set), so every web process shares them.
+    "DEFAULT_THROTTLE_RATES": {
+        "access_requests": env.str("TOOLROOM_THROTTLE_ACCESS_REQUESTS", default="60/hour"),
+        "agent_token_failures": env.str("TOOLROOM_THROTTLE_TOKEN_FAILURES", default="30/min"),
+    },
     # `?format=` names the catalogue's output format, not a DRF renderer.
     "URL_FORMAT_OVERRIDE": None,
 }
@@ -371,6 +377,17 @@ TOOLROOM_IMPORT_MAX_BYTES: int = env.int("TOOLROOM_IMPORT_MAX_BYTES", default=10
 # Toolroom's own secrets (SECRET_KEY, TOOLROOM_SECRETS_KEY, DATABASE_URL...) never.
 TOOLROOM_IMPORT_ALLOWED_VARIABLES: list[str] = env.list(
     "TOOLROOM_IMPORT_ALLOWED_VARIABLES", default=[]
+)
+# Access requests are read by people: how many a team may keep open, how many one server may
+# have open across teams, and how many a team may create in 24 hours (withdrawn ones count).
+TOOLROOM_ACCESS_REQUESTS_OPEN_PER_TEAM: int = env.int(
+    "TOOLROOM_ACCESS_REQUESTS_OPEN_PER_TEAM", default=25
+)
+TOOLROOM_ACCESS_REQUESTS_OPEN_PER_SERVER: int = env.int(
+    "TOOLROOM_ACCESS_REQUESTS_OPEN_PER_SERVER", default=200
+)
+TOOLROOM_ACCESS_REQUESTS_PER_TEAM_PER_DAY: int = env.int(
+    "TOOLROOM_ACCESS_REQUESTS_PER_TEAM_PER_DAY", default=100
 )
 # A health check slower than this (milliseconds) marks the server degraded.
 TOOLROOM_HEALTH_DEGRADED_LATENCY_MS: int = env.int(

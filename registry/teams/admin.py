@@ -20,6 +20,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from registry.core.admin_ids import object_id_or_404
 from registry.core.errors import ApplicationError
 from registry.teams import services
 from registry.teams.models import (
@@ -373,10 +374,11 @@ class AccessRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def decide_view(self, request: HttpRequest, object_id: str, decision: str) -> HttpResponse:
         if decision not in ("approve", "deny") or not self.has_change_permission(request):
             raise PermissionDenied
-        get_object_or_404(AccessRequest, pk=object_id)
+        pk = object_id_or_404(object_id)
+        get_object_or_404(AccessRequest, pk=pk)
         response = self._decide(
             request,
-            AccessRequest.objects.filter(pk=object_id),
+            AccessRequest.objects.filter(pk=pk),
             approve=decision == "approve",
             bulk=False,
         )

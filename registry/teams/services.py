@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group
 from django.contrib.contenttypes.models import ContentType
@@ -423,6 +424,36 @@ def access_request_waiting_for(request: AccessRequest) -> str:
     return ""
 
 
+def _check_access_request_limits(*, team: Team, server: McpServer) -> None:
+    """Requests are answered by people: a team (or everyone, for one server) may keep only so
+    many open, and create only so many a day, withdrawn ones included (a create-withdraw loop
+    must not flood the admins' queue or the audit trail)."""
+    Team.objects.select_for_update().filter(pk=team.pk).first()  # one count at a time per team
+    pending = AccessRequest.objects.pending()
+    per_team = settings.TOOLROOM_ACCESS_REQUESTS_OPEN_PER_TEAM
+    if pending.filter(team=team).count() >= per_team:
+        raise ApplicationError(
+            f"{team.name} already has {per_team} open access requests; wait for answers or "
+            "withdraw some before asking for more.",
+            field="team",
+        )
+    per_server = settings.TOOLROOM_ACCESS_REQUESTS_OPEN_PER_SERVER
+    if pending.filter(server=server).count() >= per_server:
+        raise ApplicationError(
+            f"{server.name} already has {per_server} open access requests; ask again once the "
+            "admins have answered them.",
+            field="server",
+        )
+    per_day = settings.TOOLROOM_ACCESS_REQUESTS_PER_TEAM_PER_DAY
+    since = timezone.now() - timedelta(days=1)
+    if AccessRequest.objects.filter(team=team, created_at__gte=since).count() >= per_day:
+        raise ApplicationError(
+            f"{team.name} made {per_day} access requests in the last 24 hours, the most a team "
+            "may; ask again tomorrow.",
+            field="team",
+        )
+
+
 @transaction.atomic
 def access_request_create(
     *,
@@ -440,6 +471,7 @@ def access_request_create(
         raise ApplicationError("Only approved servers can be requested.", field="server")
     if tool is not None and (tool.server_id != server.pk or tool.removed_at is not None):
         raise ApplicationError("That tool is not offered by this server.", field="tool")
+    _check_access_request_limits(team=team, server=server)
     scope = Q(team=team, server=server, role=role) & (
         Q(tool=tool) if tool is not None else Q(tool__isnull=True)
     )
