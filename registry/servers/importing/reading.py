@@ -258,7 +258,8 @@ def yaml_nesting_depth(text: str, *, limit: int = YAML_MAX_NESTING) -> tuple[int
                     indents.append(indent)
         if ch == "#" and (i == 0 or text[i - 1] in " \t"):
             in_comment = True
-        elif ch in "\"'" and last in _QUOTE_STARTERS:
+        elif ch in "\"'" and last in _QUOTE_STARTERS and (i == 0 or text[i - 1] in " \t\n[{,"):
+            # Only where YAML starts a quoted scalar; `a:'x` or `a 'x` are plain text.
             quote = ch
         elif ch in "[{":
             flow += 1
