@@ -12,6 +12,7 @@ safe defaults for where Toolroom runs:
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -174,7 +175,16 @@ DATABASES = {
 _db = DATABASES["default"]
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     if _db["NAME"] != ":memory:":
-        Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+        _sqlite = Path(_db["NAME"])
+        _sqlite.parent.mkdir(parents=True, exist_ok=True)
+        # The database holds session keys and hashed tokens: its owner's only. SQLite creates
+        # the -wal and -shm files with the database file's mode, so 0600 here covers them;
+        # files an older version created 0644 are tightened.
+        _sqlite.touch(mode=0o600, exist_ok=True)
+        for _file in (_sqlite, Path(f"{_sqlite}-wal"), Path(f"{_sqlite}-shm")):
+            _mode = _file.stat() if _file.exists() else None
+            if _mode is not None and _mode.st_mode & 0o077 and _mode.st_uid == os.getuid():
+                _file.chmod(0o600)
     # The web server and the workers write the same file: WAL lets readers go on during a write,
     # IMMEDIATE transactions take the write lock up front instead of failing half-way.
     _db.setdefault("OPTIONS", {}).update(
@@ -410,8 +420,11 @@ TOOLROOM_SANDBOX_OWNER: str = env.str("TOOLROOM_SANDBOX_OWNER", default="")
 
 # Where agents and clients reach Toolroom (the gateway's MCP endpoint is `<this>/mcp/`); empty:
 # the host of each request.
+# Every URL given to agents (mcp.json, /v0.1/servers, the gateway) is built from this one
+# setting; the quickstart serves on 127.0.0.1:$PORT and says so.
 TOOLROOM_PUBLIC_URL: str = env.str(
-    "TOOLROOM_PUBLIC_URL", default="" if IS_PRODUCTION else "http://127.0.0.1:8000"
+    "TOOLROOM_PUBLIC_URL",
+    default="" if IS_PRODUCTION else f"http://127.0.0.1:{env.int('PORT', default=8000)}",
 ).rstrip("/")
 # The reverse-DNS namespace of server names in `/v0.1/servers`; empty: from TOOLROOM_PUBLIC_URL.
 TOOLROOM_REGISTRY_NAMESPACE: str = env.str("TOOLROOM_REGISTRY_NAMESPACE", default="")

@@ -273,3 +273,20 @@ def test_the_api_throttles_access_request_changes(
 
     assert [a.status_code for a in answers] == [201, 201, 429]
     assert _error_shape(answers[2])["code"] == "throttled"
+
+
+# --- 13. the answer carrying a new token is never cached ----------------------------------------
+
+
+def test_the_201_with_a_new_token_is_not_stored_by_any_cache(api_client, charlie):
+    team = TeamFactory(slug="alpha")
+    services.team_member_set(actor="test", team=team, user=charlie, level=MembershipLevel.OWNER)
+    api_client.force_login(charlie)
+
+    response = api_client.post(
+        "/api/v1/agents", {"team": "alpha", "role": "review", "name": "bot"}, format="json"
+    )
+
+    assert response.status_code == 201
+    assert response.json()["token"].startswith("trm_")
+    assert response["Cache-Control"] == "no-store"

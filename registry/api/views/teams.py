@@ -206,7 +206,12 @@ class AgentTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamSc
         created = services.agent_token_create(actor=request.user, **data.validated_data)
         body = AgentTokenCreatedSerializer(created.token).data
         body["token"] = created.plain
-        return Response(body, status=status.HTTP_201_CREATED)
+        # The token is in this answer only: no cache (browser, proxy) may keep a copy.
+        return Response(
+            body,
+            status=status.HTTP_201_CREATED,
+            headers={"Cache-Control": "no-store", "Pragma": "no-cache"},
+        )
 
     @extend_schema(
         summary="Revoke an agent token (team owners); it gets 401 from the next request on",
