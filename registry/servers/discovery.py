@@ -104,10 +104,16 @@ def discovery_claim(*, run_id: int) -> DiscoveryRun | None:
     return DiscoveryRun.objects.select_related("server").get(pk=run_id)
 
 
-def _findings(outcome: DiscoveryOutcome) -> tuple[dict[str, list[dict[str, Any]]], list[Any]]:
+def _findings(
+    outcome: DiscoveryOutcome, server: McpServer
+) -> tuple[dict[str, list[dict[str, Any]]], list[Any]]:
     per_tool: dict[str, list[dict[str, Any]]] = {}
+    # A tool named like another server's namespaced tool would pass for it in catalogues.
+    other_slugs = set(McpServer.objects.exclude(pk=server.pk).values_list("slug", flat=True))
     for definition in outcome.tools:
-        found = scan_tool_definition(definition)
+        found = scan_tool_definition(
+            definition, server_slug=server.slug, other_server_slugs=other_slugs
+        )
         if found and isinstance(definition.get("name"), str):
             per_tool[definition["name"]] = [finding.as_dict() for finding in found]
     server_level = [f.as_dict() for f in scan_text(outcome.instructions, location="instructions")]
@@ -164,7 +170,7 @@ def discovery_record(
     tool_findings: dict[str, list[dict[str, Any]]] = {}
     server_findings: list[Any] = []
     if outcome.ok:
-        tool_findings, server_findings = _findings(outcome)
+        tool_findings, server_findings = _findings(outcome, server)
         try:
             synced = server_tools_sync(
                 server=server,

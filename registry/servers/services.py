@@ -43,6 +43,7 @@ from registry.servers.policy import (
 )
 from registry.servers.runtime import runtime_restart_if_held
 from registry.servers.signals import announce_visibility_change
+from registry.servers.tool_definitions import derive_permission_class
 
 # Fields an admin (or an import) may set on a server. Review status, runtime state and tools are
 # changed only by their own services.
@@ -292,6 +293,9 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
         locked.review_note = f"Sent back to review after changes to {', '.join(loosened)}."
         update_fields |= {"review_status", "review_note"}
     locked.save(update_fields=[*update_fields, "updated_at", "isolation"])
+    if "trust_tier" in changed:
+        _tools_rederive_permission_class(locked)
+        announce_visibility_change(server_ids=[locked.pk], reason="server.tier_changed")
     if changed & LAUNCH_FIELDS:
         _discover_after_change(locked, actor=actor, trigger="launch changed")
     if changed & RUNTIME_FIELDS:
@@ -338,6 +342,17 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
             after={"review_status": locked.review_status},
         )
     return locked
+
+
+def _tools_rederive_permission_class(server: McpServer) -> None:
+    """A tier change changes whether the server's own read-only hints are believed."""
+    tools = list(Tool.objects.filter(server=server))
+    for tool in tools:
+        tool.permission_class_derived = derive_permission_class(
+            tool.annotations or {}, trust_tier=server.trust_tier
+        )
+        tool.permission_class = tool.permission_class_override or tool.permission_class_derived
+    Tool.objects.bulk_update(tools, ["permission_class_derived", "permission_class"])
 
 
 def _retarget_reasons(before: McpServer, after: McpServer) -> list[str]:
