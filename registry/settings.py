@@ -124,6 +124,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "guardian",
     "django_celery_beat",
+    "axes",
     "registry.core",
     "registry.audit",
     "registry.servers",
@@ -141,6 +142,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out sign-in into its answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "registry.urls"
@@ -163,6 +166,8 @@ TEMPLATES = [
 ]
 
 AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out sign-in before a password is checked (registry/core/sign_in).
+    "registry.core.sign_in.SignInLockoutBackend",
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
@@ -283,6 +288,15 @@ if PROFILE == "test":
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 LOGIN_URL = "admin:login"
+
+# Sign-in lockout (django-axes): after this many failures for one user name from one client
+# address, that pair is refused for the cool-off time; a successful sign-in resets the count.
+AXES_FAILURE_LIMIT: int = env.int("TOOLROOM_SIGN_IN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME: float = env.float("TOOLROOM_SIGN_IN_COOLOFF_HOURS", default=0.25)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+
 
 # --- Internationalisation, static files --------------------------------------------------------
 

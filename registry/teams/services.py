@@ -722,6 +722,7 @@ def agent_token_create(
     )
     if expires_at is not None:
         _bump([team.pk], "agent_token.created")  # the team's next expiry may be this one
+    token_lookup_evict_on_commit(token.prefix)  # in case the prefix was remembered as unknown
     return CreatedToken(token=token, plain=new.plain)
 
 
