@@ -102,6 +102,12 @@ def test_an_unknown_api_url_is_a_json_404(client):
     assert _error_shape(response)["code"] == "not_found"
 
 
+def test_a_request_django_refuses_itself_is_a_json_400(client):
+    response = client.get("/api/v1/teams", HTTP_HOST="attacker.example")  # not ALLOWED_HOSTS
+    assert response.status_code == 400
+    assert _error_shape(response)["code"] == "bad_request"
+
+
 def test_an_unknown_admin_url_stays_an_html_page(client, alice):
     client.force_login(alice)
     response = client.get("/admin/no-such-app/")
