@@ -183,3 +183,21 @@ def test_editing_env_or_headers_sends_an_approved_server_back_to_review(alice, c
 
     assert updated.review_status == ReviewStatus.PENDING_REVIEW
     assert AuditEvent.objects.filter(action="server.sent_back_to_review").exists()
+
+
+def test_an_import_that_changes_the_command_says_the_secrets_are_dropped(alice):
+    from registry.servers.importing import ImportOptions, import_apply, import_plan
+
+    McpServerFactory(slug="git", name="Git", env={"API_KEY": TOKEN})
+    content = (
+        b"version: 1\nmcp_servers:\n  git:\n    name: Git\n    transport: stdio\n"
+        b'    command: ["python", "-c", "print(1)"]\n    env: {API_KEY: null}\n'
+    )
+    checked = import_plan(content=content, filename="s.yaml", options=ImportOptions(dry_run=True))
+    assert any("dropped" in warning for warning in checked.entries[0].warnings)
+
+    import_apply(
+        plan=import_plan(content=content, filename="s.yaml", options=ImportOptions()),
+        actor=alice,
+    )
+    assert McpServer.objects.get(slug="git").env == {"API_KEY": ""}

@@ -268,7 +268,7 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
     for name, value in changes.items():
         setattr(locked, name, value)
     tightened = _ratchet_network_to_sensitivity(locked, changes)
-    retargeted = _drop_secrets_on_retarget(original, locked, changes)
+    retargeted = secrets_drop_on_retarget(original, locked, changes)
     try:
         locked.full_clean()
     except ValidationError as exc:
@@ -376,7 +376,7 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return parts.scheme.lower(), (parts.hostname or "").lower(), port
 
 
-def _drop_secrets_on_retarget(
+def secrets_drop_on_retarget(
     before: McpServer, after: McpServer, changes: Mapping[str, Any]
 ) -> list[str]:
     """Pointing a server somewhere else (another URL host, command, image) must not carry its

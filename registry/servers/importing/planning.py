@@ -395,6 +395,17 @@ def _plan_entry(
             category_set=category_set,
         )
         plan.action = ImportAction.UPDATE if plan.changes else ImportAction.UNCHANGED
+        if plan.changes:
+            changes = {name: values[name] for name in plan.changed_fields if name in values}
+            retargeted = services.secrets_drop_on_retarget(  # the services' own rule
+                existing, copy.deepcopy(candidate), changes
+            )
+            if retargeted:
+                warnings.append(
+                    f"Its {', '.join(retargeted)} changes: the stored env and header values are "
+                    "dropped (their names are kept) unless the file gives them anew; enter them "
+                    "again in the admin."
+                )
         if plan.changes and existing.review_status in services.REVIEWED_STATUSES:
             loosened = services._loosening_changes(  # the services' own rule
                 existing, candidate, set(plan.changed_fields)
