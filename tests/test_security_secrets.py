@@ -152,6 +152,32 @@ def test_discovery_masks_secrets_in_stderr_errors_and_the_report(alice):
     assert f"API_KEY={MASK}" in status.stderr_tail
 
 
+def test_a_real_server_printing_its_env_to_stderr_shows_only_the_mask():
+    """A real stdio MCP server (the tests' scenario server, started by a Python wrapper that
+    first prints the API key to stderr) discovered the way a worker does."""
+    import sys
+
+    from tests.discovery_helpers import discover_inline
+    from tests.mcp_fixtures import SCENARIO_SERVER
+
+    wrapper = (
+        "import os, runpy, sys; "
+        "sys.stderr.write('starting with API_KEY=' + os.environ['API_KEY'] + chr(10)); "
+        "sys.stderr.flush(); "
+        f"sys.argv = [{SCENARIO_SERVER!r}, '--crash-on-call']; "
+        f"runpy.run_path({SCENARIO_SERVER!r}, run_name='__main__')"
+    )
+    server = McpServerFactory(command=[sys.executable, "-c", wrapper], env={"API_KEY": TOKEN})
+
+    run = discover_inline(server)
+
+    status = ServerStatus.objects.get(server=server)
+    assert run.status == "succeeded", run.error
+    assert f"API_KEY={MASK}" in status.stderr_tail
+    assert TOKEN not in status.stderr_tail
+    assert TOKEN not in str(run.summary)
+
+
 def test_health_checks_mask_secrets_in_errors():
     server = _http_server()
 
