@@ -12,6 +12,7 @@ safe defaults for where Toolroom runs:
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "guardian",
     "django_celery_beat",
+    "axes",
     "registry.core",
     "registry.audit",
     "registry.servers",
@@ -140,6 +142,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out sign-in into its answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "registry.urls"
@@ -162,6 +166,8 @@ TEMPLATES = [
 ]
 
 AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out sign-in before a password is checked (registry/core/sign_in).
+    "registry.core.sign_in.SignInLockoutBackend",
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
@@ -174,7 +180,16 @@ DATABASES = {
 _db = DATABASES["default"]
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     if _db["NAME"] != ":memory:":
-        Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+        _sqlite = Path(_db["NAME"])
+        _sqlite.parent.mkdir(parents=True, exist_ok=True)
+        # The database holds session keys and hashed tokens: its owner's only. SQLite creates
+        # the -wal and -shm files with the database file's mode, so 0600 here covers them;
+        # files an older version created 0644 are tightened.
+        _sqlite.touch(mode=0o600, exist_ok=True)
+        for _file in (_sqlite, Path(f"{_sqlite}-wal"), Path(f"{_sqlite}-shm")):
+            _mode = _file.stat() if _file.exists() else None
+            if _mode is not None and _mode.st_mode & 0o077 and _mode.st_uid == os.getuid():
+                _file.chmod(0o600)
     # The web server and the workers write the same file: WAL lets readers go on during a write,
     # IMMEDIATE transactions take the write lock up front instead of failing half-way.
     _db.setdefault("OPTIONS", {}).update(
@@ -274,6 +289,15 @@ if PROFILE == "test":
 
 LOGIN_URL = "admin:login"
 
+# Sign-in lockout (django-axes): after this many failures for one user name from one client
+# address, that pair is refused for the cool-off time; a successful sign-in resets the count.
+AXES_FAILURE_LIMIT: int = env.int("TOOLROOM_SIGN_IN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME: float = env.float("TOOLROOM_SIGN_IN_COOLOFF_HOURS", default=0.25)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+
+
 # --- Internationalisation, static files --------------------------------------------------------
 
 LANGUAGE_CODE = "en-us"
@@ -329,8 +353,14 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["registry.api.parsers.BoundedJSONParser"],
     "EXCEPTION_HANDLER": "registry.core.api_errors.api_exception_handler",
+    # Rates of the throttles some views and the agent-token authentication apply; counted in
+    # the default cache (Redis wherever REDIS_URL is set), so every web process shares them.
+    "DEFAULT_THROTTLE_RATES": {
+        "access_requests": env.str("TOOLROOM_THROTTLE_ACCESS_REQUESTS", default="60/hour"),
+        "agent_token_failures": env.str("TOOLROOM_THROTTLE_TOKEN_FAILURES", default="30/min"),
+    },
     # `?format=` names the catalogue's output format, not a DRF renderer.
     "URL_FORMAT_OVERRIDE": None,
 }
@@ -372,6 +402,22 @@ TOOLROOM_NPM_REGISTRY_URL: str = env.str(
 ).rstrip("/")
 # Largest import file (mcp.json, server.json, YAML) accepted, in bytes.
 TOOLROOM_IMPORT_MAX_BYTES: int = env.int("TOOLROOM_IMPORT_MAX_BYTES", default=1024 * 1024)
+# Environment variables an import's `${VAR}` may read besides those named TOOLROOM_IMPORT_*;
+# Toolroom's own secrets (SECRET_KEY, TOOLROOM_SECRETS_KEY, DATABASE_URL...) never.
+TOOLROOM_IMPORT_ALLOWED_VARIABLES: list[str] = env.list(
+    "TOOLROOM_IMPORT_ALLOWED_VARIABLES", default=[]
+)
+# Access requests are read by people: how many a team may keep open, how many one server may
+# have open across teams, and how many a team may create in 24 hours (withdrawn ones count).
+TOOLROOM_ACCESS_REQUESTS_OPEN_PER_TEAM: int = env.int(
+    "TOOLROOM_ACCESS_REQUESTS_OPEN_PER_TEAM", default=25
+)
+TOOLROOM_ACCESS_REQUESTS_OPEN_PER_SERVER: int = env.int(
+    "TOOLROOM_ACCESS_REQUESTS_OPEN_PER_SERVER", default=200
+)
+TOOLROOM_ACCESS_REQUESTS_PER_TEAM_PER_DAY: int = env.int(
+    "TOOLROOM_ACCESS_REQUESTS_PER_TEAM_PER_DAY", default=100
+)
 # A health check slower than this (milliseconds) marks the server degraded.
 TOOLROOM_HEALTH_DEGRADED_LATENCY_MS: int = env.int(
     "TOOLROOM_HEALTH_DEGRADED_LATENCY_MS", default=5000
@@ -399,8 +445,11 @@ TOOLROOM_SANDBOX_PRUNE_MIN_AGE_HOURS: int = env.int(
 
 # Where agents and clients reach Toolroom (the gateway's MCP endpoint is `<this>/mcp/`); empty:
 # the host of each request.
+# Every URL given to agents (mcp.json, /v0.1/servers, the gateway) is built from this one
+# setting; the quickstart serves on 127.0.0.1:$PORT and says so.
 TOOLROOM_PUBLIC_URL: str = env.str(
-    "TOOLROOM_PUBLIC_URL", default="" if IS_PRODUCTION else "http://127.0.0.1:8000"
+    "TOOLROOM_PUBLIC_URL",
+    default="" if IS_PRODUCTION else f"http://127.0.0.1:{env.int('PORT', default=8000)}",
 ).rstrip("/")
 # The reverse-DNS namespace of server names in `/v0.1/servers`; empty: from TOOLROOM_PUBLIC_URL.
 TOOLROOM_REGISTRY_NAMESPACE: str = env.str("TOOLROOM_REGISTRY_NAMESPACE", default="")

@@ -13,3 +13,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("registry.api.urls")),
 ]
+
+# Errors Django answers itself (no route, a bad request, a crash) keep the API's JSON shape.
+handler400 = "registry.core.api_errors.api_bad_request"
+handler403 = "registry.core.api_errors.api_permission_denied"
+handler404 = "registry.core.api_errors.api_not_found"
+handler500 = "registry.core.api_errors.api_server_error"

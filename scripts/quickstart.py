@@ -310,6 +310,8 @@ def main() -> int:
     env = dict(os.environ)
     env["TOOLROOM_PROFILE"] = "quickstart"
     env["PORT"] = str(port)
+    # The URLs agents are given (mcp.json, /v0.1/servers) name the port Toolroom serves on.
+    env.setdefault("TOOLROOM_PUBLIC_URL", f"http://127.0.0.1:{port}")
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.setdefault("PYTHONUNBUFFERED", "1")
     # whitenoise serves static files through a synchronous iterator, which Django's ASGI handler

@@ -83,7 +83,9 @@ class ToolFactory(factory.django.DjangoModelFactory[Tool]):
     annotations = factory.LazyAttribute(lambda t: t.definition.get("annotations", {}))
     definition_hash = factory.LazyAttribute(lambda t: definition_hash(t.definition))
     permission_class_derived = factory.LazyAttribute(
-        lambda t: derive_permission_class(t.definition.get("annotations", {}))
+        lambda t: derive_permission_class(
+            t.definition.get("annotations", {}), trust_tier=t.server.trust_tier
+        )
     )
 
     @factory.post_generation

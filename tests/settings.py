@@ -8,6 +8,10 @@ os.environ.setdefault("TOOLROOM_PROFILE", "test")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("TOOLROOM_BROKER_KEY_PREFIX", f"test-{os.getpid()}:")
 os.environ.setdefault("TOOLROOM_CACHE_PREFIX", f"test-{os.getpid()}")
+# Every test client comes from 127.0.0.1: the throttles' own tests lower these rates themselves;
+# elsewhere wrong tokens and requests from earlier tests must not add up to a 429.
+os.environ.setdefault("TOOLROOM_THROTTLE_TOKEN_FAILURES", "100000/min")
+os.environ.setdefault("TOOLROOM_THROTTLE_ACCESS_REQUESTS", "100000/hour")
 
 from registry.settings import *  # noqa: F403
 

@@ -138,7 +138,8 @@ def test_the_server_page_never_shows_a_secret_back(client, alice):
 
     assert "sk-live-0123456789abcdef" not in page
     assert "1234" not in page.replace(str(server.pk), "")
-    assert "API_KEY=••••••••cdef" in page
+    assert "API_KEY=••••••••\n" in page or "API_KEY=••••••••<" in page
+    assert "cdef" not in page
 
 
 def test_saving_the_form_with_masked_values_keeps_the_secrets(client, alice):

@@ -193,7 +193,7 @@ def test_it_refuses_a_tier_that_staff_may_not_vouch_for(client, bob):
 
 
 def test_it_refuses_to_update_servers_for_staff_who_may_only_add(client, dave):
-    McpServerFactory(slug="github")
+    McpServerFactory(slug="github", trust_tier=TrustTier.UNTRUSTED)
     client.force_login(dave)
 
     response = _check(client, "claude_desktop_config.json")

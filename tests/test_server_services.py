@@ -122,7 +122,7 @@ def test_approving_an_untrusted_server_needs_a_note_and_a_vetting_report(alice):
         ({"network_mode": "proxied", "egress_allowlist": ["api.github.com:443"]}, True),
         ({"data_sensitivity": "secret"}, False),
         ({"description": "better words"}, False),
-        ({"env": {"TOKEN": "rotated"}}, False),
+        ({"env": {"TOKEN": "rotated"}}, True),  # env is part of what runs
         ({"memory_limit_mb": 256}, False),
     ],
 )

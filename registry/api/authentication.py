@@ -15,6 +15,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
+from rest_framework.throttling import SimpleRateThrottle
 
 from registry.teams.tokens import TOKEN_PREFIX, AgentIdentity, TokenRejected, token_authenticate
 
@@ -43,6 +44,42 @@ class AgentUser(AnonymousUser):
         return self.username
 
 
+class AgentTokenFailureThrottle(SimpleRateThrottle):
+    """Failed agent-token authentications per client address (the `agent_token_failures` rate,
+    counted in the default cache, Redis in production). Past the rate, that address is refused
+    with 429 before its tokens are looked up, until the window moves on."""
+
+    scope = "agent_token_failures"
+
+    def get_cache_key(self, request: Any, view: Any) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def _load(self, request: Any) -> tuple[int, int]:
+        limit, window = self.parse_rate(self.rate)
+        self.key = self.get_cache_key(request, None)
+        self.history = self.cache.get(self.key, [])
+        self.now = self.timer()
+        while self.history and self.history[-1] <= self.now - (window or 0):
+            self.history.pop()
+        return limit or 0, window or 0
+
+    def blocked_for(self, request: Any) -> float | None:
+        """Seconds this address must wait, or None if it may try a token."""
+        if self.rate is None:
+            return None
+        limit, window = self._load(request)
+        if len(self.history) < limit:
+            return None
+        return max(0.0, float(window - (self.now - self.history[-1])))
+
+    def record_failure(self, request: Any) -> None:
+        if self.rate is None:
+            return
+        _limit, window = self._load(request)
+        self.history.insert(0, self.now)
+        self.cache.set(self.key, self.history, window)
+
+
 class AgentTokenAuthentication(BaseAuthentication):
     keyword = "Bearer"
 
@@ -50,18 +87,24 @@ class AgentTokenAuthentication(BaseAuthentication):
         header = get_authorization_header(request).split()
         if not header or header[0].lower() != self.keyword.lower().encode():
             return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed(INVALID_TOKEN_MESSAGE)
+        failures = AgentTokenFailureThrottle()
+        wait = failures.blocked_for(request)
+        if wait is not None:
+            # Too many wrong tokens from this address: refused before any lookup.
+            raise exceptions.Throttled(wait=wait)
         try:
-            plain = header[1].decode("ascii")
-        except UnicodeDecodeError as exc:
-            raise exceptions.AuthenticationFailed(INVALID_TOKEN_MESSAGE) from exc
-        if not plain.startswith(f"{TOKEN_PREFIX}_"):
-            raise exceptions.AuthenticationFailed(INVALID_TOKEN_MESSAGE)
-        try:
+            if len(header) != 2:
+                raise TokenRejected("malformed")
+            try:
+                plain = header[1].decode("ascii")
+            except UnicodeDecodeError as exc:
+                raise TokenRejected("malformed") from exc
+            if not plain.startswith(f"{TOKEN_PREFIX}_"):
+                raise TokenRejected("malformed")
             identity = token_authenticate(plain)
         except TokenRejected as exc:
             logger.info("agent token refused: %s", exc.reason)
+            failures.record_failure(request)
             raise exceptions.AuthenticationFailed(INVALID_TOKEN_MESSAGE) from exc
         return AgentUser(identity), identity
 

@@ -31,6 +31,21 @@ from registry.teams.services import access_request_waiting_for
 # --- Query parameters ---------------------------------------------------------------------------
 
 
+class StrictInputSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """A request body whose unknown keys are a 400: a misspelt key (`Required` for `required`)
+    must not be dropped silently and turn the request into something else (an erase)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                known = ", ".join(sorted(self.fields)) or "none"
+                raise serializers.ValidationError(
+                    {name: [f"Unknown key; the keys are: {known}."] for name in unknown}
+                )
+        return super().to_internal_value(data)
+
+
 class CatalogueQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
     format = serializers.ChoiceField(choices=TOOL_FORMATS, default="native")
     category = serializers.SlugField(required=False, max_length=60)
@@ -195,7 +210,7 @@ class _CallerTeamField(_SlugField):
         return teams_for_user(self.context["request"].user, TeamAction.VIEW)
 
 
-class AccessRequestCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class AccessRequestCreateSerializer(StrictInputSerializer):
     team = _CallerTeamField(slug_field="slug")
     server = _SlugField(
         slug_field="slug", queryset=McpServer.objects.filter(review_status=ReviewStatus.APPROVED)
@@ -228,7 +243,7 @@ class AccessRequestCreateSerializer(serializers.Serializer):  # type: ignore[typ
 # --- Agent tokens -------------------------------------------------------------------------------
 
 
-class DeclaredServersSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class DeclaredServersSerializer(StrictInputSerializer):
     required = serializers.ListField(  # type: ignore[assignment]
         child=serializers.SlugField(max_length=80), required=False, max_length=100
     )
@@ -272,7 +287,7 @@ class AgentTokenCreatedSerializer(AgentTokenSerializer):
         fields = [*AgentTokenSerializer.Meta.fields, "token"]
 
 
-class AgentTokenCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class AgentTokenCreateSerializer(StrictInputSerializer):
     team = _CallerTeamField(slug_field="slug")
     role = serializers.SlugField(max_length=40)
     name = serializers.CharField(max_length=100)
@@ -287,11 +302,11 @@ class AgentTokenCreateSerializer(serializers.Serializer):  # type: ignore[type-a
         return attrs
 
 
-class AgentTokenDeclareSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class AgentTokenDeclareSerializer(StrictInputSerializer):
     declared_servers = DeclaredServersSerializer()
 
 
-class RevokeSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class RevokeSerializer(StrictInputSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
 
 

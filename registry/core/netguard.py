@@ -66,23 +66,61 @@ def host_as_address(host: str) -> IPAddress | None:
     return None
 
 
+# IPv6 forms that carry an IPv4 address, which a translator, relay or dual stack reaches:
+# NAT64 (RFC 6052 well-known and local-use prefixes, the address in the last 32 bits),
+# IPv4-compatible (::a.b.c.d, deprecated but still routed by some stacks).
+_NAT64_PREFIXES = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (IPv4-mapped, NAT64, 6to4, Teredo,
+    IPv4-compatible), or None. The same rules apply to it as to the IPv4 address itself."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]  # the client, where the traffic ends up
+    last_32_bits = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if any(address in prefix for prefix in _NAT64_PREFIXES):
+        return last_32_bits
+    if address in _IPV4_COMPATIBLE and int(address) > 1:  # not :: nor ::1
+        return last_32_bits
+    return None
+
+
+def _effective(address: IPAddress) -> IPAddress:
+    """What the address reaches: the embedded IPv4 address where there is one."""
+    return embedded_ipv4(address) or address
+
+
 def address_is_internal(address: IPAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return (not address.is_global) or address.is_multicast
+    reached = _effective(address)
+    if (
+        isinstance(address, ipaddress.IPv6Address)
+        and reached is not address
+        and address.ipv4_mapped is None
+        and not address.is_global
+    ):
+        # A non-global IPv6 wrapper (Teredo's 2001::/32) is internal whatever it carries.
+        return True
+    return (not reached.is_global) or reached.is_multicast
 
 
 def address_allowed(address: IPAddress, allowed_networks: Iterable[IPNetwork]) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if any(address.version == net.version and address in net for net in allowed_networks):
+    reached = _effective(address)
+    if any(reached.version == net.version and reached in net for net in allowed_networks):
         return True
     return not address_is_internal(address)
 
 
 def _describe(address: IPAddress) -> str:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    embedded = embedded_ipv4(address)
+    if embedded is not None and address_is_internal(embedded):
+        return f"an IPv6 form of {embedded}, {_describe(embedded)}"
     if address == _METADATA_ADDRESS:
         return "a cloud metadata address"
     if address.is_loopback:

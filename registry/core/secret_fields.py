@@ -8,6 +8,7 @@ when a worker needs them to launch or connect to a server; people see them maske
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
@@ -50,12 +51,54 @@ def decrypt_text(token: str) -> str:
 
 
 def mask_secret(value: str) -> str:
-    """Show that a secret is set without showing it: long values keep their last 4 characters."""
+    """Show that a secret is set without showing any of it (not even its last characters,
+    which narrow a guess and tell the same secret apart across servers)."""
     if not value:
         return "(empty)"
-    if len(value) >= 16:
-        return f"{MASK}{value[-4:]}"
     return MASK
+
+
+# Shorter values (a region, a flag, "true") are too common to find in text without masking
+# ordinary words; secrets worth the name are longer.
+REDACT_MIN_LENGTH = 6
+
+
+def _redactable(secrets: Iterable[str]) -> list[str]:
+    found: set[str] = set()
+    for value in secrets:
+        if not value:
+            continue
+        found.add(value)
+        # "Bearer abc...": the credential after the scheme leaks on its own too.
+        found.update(value.split()[1:])
+    return sorted((v for v in found if len(v) >= REDACT_MIN_LENGTH), key=len, reverse=True)
+
+
+def secret_redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every known secret value replaced by the mask (stderr, errors, reports)."""
+    for value in _redactable(secrets):
+        text = text.replace(value, MASK)
+    return text
+
+
+def secret_redact_in(data: Any, secrets: Iterable[str]) -> Any:
+    """`secret_redact` applied to every string inside JSON-like data."""
+    values = _redactable(secrets)
+    if not values:
+        return data
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            for value in values:
+                item = item.replace(value, MASK)
+            return item
+        if isinstance(item, dict):
+            return {walk(key): walk(inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [walk(inner) for inner in item]
+        return item
+
+    return walk(data)
 
 
 def mask_mapping(values: dict[str, str]) -> dict[str, str]:

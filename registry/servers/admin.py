@@ -21,6 +21,7 @@ from django.utils.safestring import SafeString
 
 from registry.audit.models import AuditEvent
 from registry.audit.selectors import audit_events_for_server
+from registry.core.admin_ids import object_id_or_404
 from registry.core.canonical import pretty_json
 from registry.core.errors import ApplicationError
 from registry.core.secret_fields import mask_mapping
@@ -490,7 +491,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             raise PermissionDenied
         if not request.user.has_perm("servers.review_mcpserver"):
             raise PermissionDenied
-        server = get_object_or_404(McpServer, pk=object_id)
+        server = get_object_or_404(McpServer, pk=object_id_or_404(object_id))
         return self._decide(request, McpServer.objects.filter(pk=server.pk), action, bulk=False)
 
     def _decide(
@@ -766,7 +767,7 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _tool_for_decision(self, request: HttpRequest, object_id: str) -> Tool:
         if request.method != "POST" or not request.user.has_perm("servers.approve_tool"):
             raise PermissionDenied
-        return get_object_or_404(Tool, pk=object_id)
+        return get_object_or_404(Tool, pk=object_id_or_404(object_id))
 
     def _back(self, tool: Tool) -> HttpResponseRedirect:
         return HttpResponseRedirect(reverse("admin:servers_tool_change", args=[tool.pk]))

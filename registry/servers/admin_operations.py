@@ -15,6 +15,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
+from registry.core.admin_ids import object_id_or_404
 from registry.core.errors import ApplicationError
 from registry.servers.discovery import discovery_request
 from registry.servers.health import health_request, server_uptime
@@ -75,7 +76,7 @@ def operate_view(
         raise PermissionDenied
     if not model_admin.has_change_permission(request):
         raise PermissionDenied
-    server = get_object_or_404(McpServer, pk=object_id)
+    server = get_object_or_404(McpServer, pk=object_id_or_404(object_id))
     operate(request, [server], operation)
     return HttpResponseRedirect(reverse("admin:servers_mcpserver_change", args=[server.pk]))
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 from registry.audit.services import Actor, actor_label, audit_record
 from registry.core import task_queue
 from registry.core.errors import ApplicationError
+from registry.core.secret_fields import secret_redact, secret_redact_in
 from registry.servers.models import (
     DiscoveryRun,
     DiscoveryStatus,
@@ -105,10 +106,16 @@ def discovery_claim(*, run_id: int) -> DiscoveryRun | None:
     return DiscoveryRun.objects.select_related("server").get(pk=run_id)
 
 
-def _findings(outcome: DiscoveryOutcome) -> tuple[dict[str, list[dict[str, Any]]], list[Any]]:
+def _findings(
+    outcome: DiscoveryOutcome, server: McpServer
+) -> tuple[dict[str, list[dict[str, Any]]], list[Any]]:
     per_tool: dict[str, list[dict[str, Any]]] = {}
+    # A tool named like another server's namespaced tool would pass for it in catalogues.
+    other_slugs = set(McpServer.objects.exclude(pk=server.pk).values_list("slug", flat=True))
     for definition in outcome.tools:
-        found = scan_tool_definition(definition)
+        found = scan_tool_definition(
+            definition, server_slug=server.slug, other_server_slugs=other_slugs
+        )
         if found and isinstance(definition.get("name"), str):
             per_tool[definition["name"]] = [finding.as_dict() for finding in found]
     server_level = [f.as_dict() for f in scan_text(outcome.instructions, location="instructions")]
@@ -159,12 +166,14 @@ def discovery_record(
     server = McpServer.objects.select_for_update().get(pk=run.server_id)
     status, _ = ServerStatus.objects.select_for_update().get_or_create(server=server)
     now = timezone.now()
-    outcome_error = outcome.error
+    # A server may print its env or echo its headers: nothing kept shows a stored secret.
+    secrets = server.secret_values()
+    outcome_error = secret_redact(outcome.error, secrets)
     changes: dict[str, Any] = {}
     tool_findings: dict[str, list[dict[str, Any]]] = {}
     server_findings: list[Any] = []
     if outcome.ok:
-        tool_findings, server_findings = _findings(outcome)
+        tool_findings, server_findings = _findings(outcome, server)
         try:
             synced = server_tools_sync(
                 server=server,
@@ -194,19 +203,20 @@ def discovery_record(
     )
     report["ok"] = succeeded
     report["errors"] = [outcome_error] if outcome_error else []
+    report = secret_redact_in(report, secrets)
 
     if succeeded:
         status.protocol_version = outcome.protocol_version[:20]
         status.server_info = outcome.server_info
         status.capabilities = outcome.capabilities
-        status.instructions = outcome.instructions
+        status.instructions = secret_redact(outcome.instructions, secrets)
         status.last_discovered_at = now
         status.last_discovery_error = ""
         status.vetting_report = report
     else:
         status.last_discovery_error = outcome_error
     if outcome.stderr_tail:
-        status.stderr_tail = outcome.stderr_tail[-20000:]
+        status.stderr_tail = secret_redact(outcome.stderr_tail, secrets)[-20000:]
     status.save()
 
     run.status = DiscoveryStatus.SUCCEEDED if succeeded else DiscoveryStatus.FAILED

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from registry.audit.services import Actor, audit_record
 from registry.core import task_queue
+from registry.core.secret_fields import secret_redact
 from registry.servers.models import (
     CircuitState,
     Health,
@@ -176,7 +177,8 @@ def health_record(*, results: Iterable[HealthResult]) -> list[int]:
         status.health = health
         status.last_checked_at = checked_at
         status.latency_ms = result.latency_ms
-        status.last_error = result.error[:5000] if not result.ok else ""
+        error = secret_redact(result.error, status.server.secret_values()) if result.error else ""
+        status.last_error = error[:5000] if not result.ok else ""
         status.next_check_at = checked_at + wait
         samples.append(
             HealthSample(
@@ -184,7 +186,7 @@ def health_record(*, results: Iterable[HealthResult]) -> list[int]:
                 checked_at=checked_at,
                 ok=result.ok,
                 latency_ms=result.latency_ms,
-                error=result.error[:500],
+                error=error[:500],
             )
         )
         if before != health:

@@ -209,6 +209,10 @@ class McpServer(models.Model):
             self.isolation = tier_policy(self.trust_tier).default_isolation
         super().save(*args, **kwargs)
 
+    def secret_values(self) -> list[str]:
+        """Every stored env and header value: masked wherever the server's output is kept."""
+        return [*(self.env or {}).values(), *(self.headers or {}).values()]
+
     @property
     def is_remote(self) -> bool:
         return self.transport in (Transport.STREAMABLE_HTTP, Transport.SSE)

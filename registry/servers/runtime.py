@@ -21,6 +21,7 @@ from django.utils import timezone
 from registry.audit.services import Actor, audit_record
 from registry.core import task_queue
 from registry.core.errors import ApplicationError
+from registry.core.secret_fields import secret_redact
 from registry.servers.models import McpServer, ReviewStatus, RuntimeState, ServerStatus
 
 RuntimeAction = Literal["start", "stop", "restart"]
@@ -120,6 +121,11 @@ def runtime_report(
 ) -> bool:
     """Record what a runtime is doing; ignored (False) unless `owner` still holds it."""
     now = timezone.now()
+    server = McpServer.objects.filter(pk=server_id).first()
+    if server is not None:
+        secrets = server.secret_values()
+        error = secret_redact(error, secrets)
+        stderr_tail = None if stderr_tail is None else secret_redact(stderr_tail, secrets)
     fields: dict[str, object] = {
         "runtime_state": state,
         "runtime_error": error[:5000],
@@ -134,8 +140,7 @@ def runtime_report(
     if state in (RuntimeState.STOPPED, RuntimeState.FAILED):
         fields["runtime_owner"] = ""
     updated = ServerStatus.objects.filter(server_id=server_id, runtime_owner=owner).update(**fields)
-    if updated and state == RuntimeState.FAILED:
-        server = McpServer.objects.get(pk=server_id)
+    if updated and state == RuntimeState.FAILED and server is not None:
         audit_record(
             actor=f"worker:{owner}",
             action="server.runtime_failed",

@@ -21,6 +21,7 @@ FindingKind = Literal[
     "oversized_description",
     "oversized_schema",
     "suspicious_name",
+    "markup_in_text",
 ]
 Severity = Literal["high", "medium", "low"]
 
@@ -75,6 +76,10 @@ _WHY: Final[dict[str, str]] = {
         "A huge or deeply nested schema costs context on every request and is hard to review."
     ),
     "suspicious_name": "A look-alike or unusual name can impersonate or shadow another tool.",
+    "markup_in_text": (
+        "HTML in text the model reads can hide content from reviewers (comments, hidden "
+        "elements) or render as links and images in clients that show it."
+    ),
 }
 
 _LEADS: Final[dict[str, str]] = {
@@ -84,7 +89,21 @@ _LEADS: Final[dict[str, str]] = {
     "oversized_description": "Oversized text",
     "oversized_schema": "Oversized schema",
     "suspicious_name": "Suspicious name",
+    "markup_in_text": "HTML markup",
 }
+
+# How catalogues namespace tool names: `<server slug>__<tool name>` (registry.catalogue.naming).
+NAMESPACE_SEPARATOR: Final = "__"
+# An HTML tag, end tag or comment: `<b>`, `</div>`, `<img src=...>`, `<!-- ... -->`.
+# Only real HTML elements: tool docs write placeholders as `<revision>`, `<path>`, `<branch>`.
+_HTML_ELEMENTS: Final = (
+    "a|abbr|audio|b|base|blockquote|body|br|button|code|details|div|em|embed|font|form|h[1-6]"
+    "|head|hr|html|i|iframe|img|input|label|li|link|meta|object|ol|option|p|pre|script|select"
+    "|small|source|span|strong|style|sub|summary|sup|svg|table|td|textarea|th|title|tr|u|ul|video"
+)
+_HTML_RE: Final = re.compile(
+    rf"<!--|</?(?:{_HTML_ELEMENTS})(?:\s[^<>]{{0,500}})?/?>", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)
@@ -126,19 +145,29 @@ class Finding:
         )
 
 
-def scan_tool_definition(definition: Mapping[str, Any]) -> list[Finding]:
+def scan_tool_definition(
+    definition: Mapping[str, Any],
+    *,
+    server_slug: str = "",
+    other_server_slugs: Iterable[str] = (),
+) -> list[Finding]:
     """Findings for one tool definition in MCP wire form, worst first, one per kind and place.
 
     Reads what clients pass to the model: the name, title, description, annotations and every
     key and string of the input and output schemas. `_meta` and `icons` are not shown to models
-    and are not read.
+    and are not read. `server_slug` and `other_server_slugs` let it see a name that imitates
+    another server's namespace (`git__git_status` offered by the server `evil`).
     """
     collector = _Collector()
     _scan_name(collector, definition.get("name"))
+    name = definition.get("name")
+    if isinstance(name, str):
+        _check_namespace_imitation(collector, name, server_slug, other_server_slugs)
     for key in ("title", "description"):
         value = definition.get(key)
         if isinstance(value, str):
             _scan_prose(collector, value, key)
+            _check_markup(collector, value, key)
     description = definition.get("description")
     if isinstance(description, str):
         _check_length(collector, description, "description", MAX_DESCRIPTION_CHARS)
@@ -159,6 +188,7 @@ def scan_text(
     """Findings for free text the model reads: server instructions, prompts, resource texts."""
     collector = _Collector()
     _scan_prose(collector, text, location)
+    _check_markup(collector, text, location)
     if max_chars is not None:
         _check_length(collector, text, location, max_chars)
     return collector.findings()
@@ -422,6 +452,56 @@ def _scan_prose(collector: _Collector, text: str, location: str) -> None:
         collector.add(location, hit)
     _add_hidden_text_hits(collector, hidden_text, location)
     _check_padding(collector, text, location)
+
+
+def _check_namespace_imitation(
+    collector: _Collector, name: str, server_slug: str, other_server_slugs: Iterable[str]
+) -> None:
+    if NAMESPACE_SEPARATOR not in name.strip("_"):
+        return
+    claimed = name.split(NAMESPACE_SEPARATOR, 1)[0].lower()
+    others = {slug.lower() for slug in other_server_slugs}
+    if claimed in others and claimed != server_slug.lower():
+        collector.add(
+            "name",
+            _Hit(
+                "suspicious_name",
+                "name_imitates_namespace",
+                "high",
+                f"looks like the tool of another server, {claimed!r}, as catalogues name it "
+                f"({claimed}{NAMESPACE_SEPARATOR}...)",
+                _truncate(name),
+            ),
+        )
+    else:
+        collector.add(
+            "name",
+            _Hit(
+                "suspicious_name",
+                "name_looks_namespaced",
+                "medium",
+                f"contains {NAMESPACE_SEPARATOR!r}, which catalogues put between a server and "
+                "its tools' names",
+                _truncate(name),
+            ),
+        )
+
+
+def _check_markup(collector: _Collector, text: str, location: str) -> None:
+    match = _HTML_RE.search(text[: PATTERN_SCAN_HEAD_CHARS + PATTERN_SCAN_TAIL_CHARS])
+    if match is None:
+        return
+    start = max(0, match.start() - EXCERPT_CONTEXT_CHARS)
+    collector.add(
+        location,
+        _Hit(
+            "markup_in_text",
+            "html",
+            "medium",
+            f"contains HTML ({_truncate(match.group(0))})",
+            _truncate(_render(text[start : match.end() + EXCERPT_CONTEXT_CHARS])),
+        ),
+    )
 
 
 def _add_hidden_text_hits(collector: _Collector, hidden_text: str, location: str) -> None:

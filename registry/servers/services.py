@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import PermissionsMixin
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -31,7 +33,9 @@ from registry.servers.models import (
 )
 from registry.servers.policy import (
     NETWORK_STRICTNESS,
+    Isolation,
     NetworkMode,
+    TrustTier,
     allowed_network_modes,
     is_sensitivity_decrease,
     is_trust_increase,
@@ -39,6 +43,7 @@ from registry.servers.policy import (
 )
 from registry.servers.runtime import runtime_restart_if_held
 from registry.servers.signals import announce_visibility_change
+from registry.servers.tool_definitions import derive_permission_class
 
 # Fields an admin (or an import) may set on a server. Review status, runtime state and tools are
 # changed only by their own services.
@@ -82,8 +87,11 @@ SERVER_EDITABLE_FIELDS = frozenset(
 )
 SECRET_FIELDS = frozenset({"env", "headers"})
 # Changing what runs, or where it may reach, after approval sends the server back to review.
+# Env and headers are part of what runs (LD_PRELOAD, NODE_OPTIONS, PYTHONPATH, a proxy header).
 LAUNCH_FIELDS = frozenset(
     {
+        "env",
+        "headers",
         "transport",
         "command",
         "working_directory",
@@ -112,6 +120,63 @@ RUNTIME_FIELDS = LAUNCH_FIELDS | frozenset(
 CATALOGUE_FIELDS = frozenset(
     {"slug", "name", "description", "category", "version", "homepage_url", "repository_url"}
 )
+
+
+# Giving a server a tier above untrusted, or letting it run as a local process, vouches for the
+# code it runs on the worker host: only people with this permission may.
+VOUCH_PERMISSION = "servers.vouch_trust_tier"
+
+
+def actor_may_vouch(actor: Actor) -> bool:
+    """People need the vouch permission; labels other than agents are operators at the
+    command line or Toolroom itself (`cli`, `system`), who own the host anyway."""
+    if actor is None:
+        return True
+    if isinstance(actor, str):
+        return not actor.startswith("agent:")
+    if not isinstance(actor, PermissionsMixin) or not actor.is_active:
+        return False
+    return actor.has_perm(VOUCH_PERMISSION)
+
+
+def vouch_reasons(before: McpServer | None, after: McpServer, changed: set[str]) -> list[str]:
+    """What in this create or update only someone who may vouch for trust tiers may do."""
+    reasons: list[str] = []
+    above_untrusted = after.trust_tier != TrustTier.UNTRUSTED
+    runs_locally = after.isolation == Isolation.LOCAL
+    if before is None:
+        if above_untrusted:
+            reasons.append(f"give a server the {after.get_trust_tier_display()} tier")
+        if runs_locally:
+            reasons.append("let a server run as a local process")
+        return reasons
+    if "trust_tier" in changed and is_trust_increase(before.trust_tier, after.trust_tier):
+        reasons.append(f"raise a server's tier to {after.get_trust_tier_display()}")
+    if runs_locally and before.isolation != Isolation.LOCAL:
+        reasons.append("let a server run as a local process")
+    elif runs_locally and changed & RUNTIME_FIELDS:
+        # What a local server runs is code on the worker host: editing it is vouching for it.
+        what = ", ".join(sorted(changed & RUNTIME_FIELDS))
+        reasons.append(f"change what a local process server runs ({what})")
+    return reasons
+
+
+def _check_vouch(
+    actor: Actor, before: McpServer | None, after: McpServer, changed: set[str]
+) -> None:
+    reasons = vouch_reasons(before, after, changed)
+    if reasons and not actor_may_vouch(actor):
+        raise ApplicationError(
+            vouch_refusal(reasons), field="trust_tier" if "tier" in reasons[0] else "isolation"
+        )
+
+
+def vouch_refusal(reasons: list[str]) -> str:
+    return (
+        f"You may not {'; nor '.join(reasons)}: that needs the permission 'Can give imported "
+        "servers a trust tier above untrusted' (servers.vouch_trust_tier). Without it, a "
+        "server stays untrusted and sandboxed."
+    )
 
 
 def _field_value(server: McpServer, name: str) -> Any:
@@ -168,6 +233,7 @@ def server_create(*, actor: Actor, **fields: Any) -> McpServer:
         server.full_clean()
     except ValidationError as exc:
         raise _as_validation_application_error(exc) from exc
+    _check_vouch(actor, None, server, set(fields))
     server.save()
     ServerStatus.objects.create(server=server)
     _discover_after_change(server, actor=actor, trigger="created")
@@ -202,16 +268,20 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
     for name, value in changes.items():
         setattr(locked, name, value)
     tightened = _ratchet_network_to_sensitivity(locked, changes)
+    retargeted = secrets_drop_on_retarget(original, locked, changes)
     try:
         locked.full_clean()
     except ValidationError as exc:
         raise _as_validation_application_error(exc) from exc
 
     changed = {
-        name for name in {*changes, *tightened} if _raw(original, name) != _raw(locked, name)
+        name
+        for name in {*changes, *tightened, *SECRET_FIELDS}
+        if _raw(original, name) != _raw(locked, name)
     }
     if not changed:
         return locked
+    _check_vouch(actor, original, locked, changed)
     update_fields = set(changed)
     loosened = (
         _loosening_changes(original, locked, changed)
@@ -223,6 +293,9 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
         locked.review_note = f"Sent back to review after changes to {', '.join(loosened)}."
         update_fields |= {"review_status", "review_note"}
     locked.save(update_fields=[*update_fields, "updated_at", "isolation"])
+    if "trust_tier" in changed:
+        _tools_rederive_permission_class(locked)
+        announce_visibility_change(server_ids=[locked.pk], reason="server.tier_changed")
     if changed & LAUNCH_FIELDS:
         _discover_after_change(locked, actor=actor, trigger="launch changed")
     if changed & RUNTIME_FIELDS:
@@ -241,10 +314,19 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
             if tightened
             else ""
         )
-        + (f" It goes back to review ({', '.join(loosened)} loosened)." if loosened else ""),
+        + (f" It goes back to review ({', '.join(loosened)} loosened)." if loosened else "")
+        + (
+            f" Its stored secrets were dropped because its {', '.join(retargeted)} changed; "
+            "enter them again."
+            if retargeted
+            else ""
+        ),
         before=_snapshot(original, sorted(changed)),
         after=_snapshot(locked, sorted(changed)),
-        details={"back_to_review": loosened} if loosened else {},
+        details={
+            **({"back_to_review": loosened} if loosened else {}),
+            **({"secrets_dropped_after": retargeted} if retargeted else {}),
+        },
     )
     if changed & CATALOGUE_FIELDS and not loosened:
         announce_visibility_change(server_ids=[locked.pk], reason="server.updated")
@@ -260,6 +342,63 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
             after={"review_status": locked.review_status},
         )
     return locked
+
+
+def _tools_rederive_permission_class(server: McpServer) -> None:
+    """A tier change changes whether the server's own read-only hints are believed."""
+    tools = list(Tool.objects.filter(server=server))
+    for tool in tools:
+        tool.permission_class_derived = derive_permission_class(
+            tool.annotations or {}, trust_tier=server.trust_tier
+        )
+        tool.permission_class = tool.permission_class_override or tool.permission_class_derived
+    Tool.objects.bulk_update(tools, ["permission_class_derived", "permission_class"])
+
+
+def _retarget_reasons(before: McpServer, after: McpServer) -> list[str]:
+    """What changed about where a server's stored secrets would be sent or who would read them."""
+    reasons = [
+        name
+        for name in ("transport", "command", "image", "package_registry", "package_identifier")
+        if getattr(before, name) != getattr(after, name)
+    ]
+    if before.url != after.url and _origin(before.url) != _origin(after.url):
+        reasons.append("URL host")
+    return reasons
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url or "")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
+def secrets_drop_on_retarget(
+    before: McpServer, after: McpServer, changes: Mapping[str, Any]
+) -> list[str]:
+    """Pointing a server somewhere else (another URL host, command, image) must not carry its
+    stored secrets along: someone who may edit a server but only sees masked values would
+    otherwise send them to a host of their own or print them. Values typed anew in the same
+    change are kept; every other value is emptied, its name kept so an admin sees what to enter
+    again. Returns what changed (empty: nothing was dropped)."""
+    reasons = _retarget_reasons(before, after)
+    if not reasons:
+        return []
+    dropped = False
+    for name in sorted(SECRET_FIELDS):
+        stored: dict[str, str] = getattr(before, name) or {}
+        given: dict[str, str] = changes.get(name, stored) or {}
+        kept = {
+            key: ("" if key in stored and stored[key] == value else value)
+            for key, value in given.items()
+        }
+        if any(stored.get(key) and not kept[key] for key in kept):
+            dropped = True
+        setattr(after, name, kept)
+    return reasons if dropped else []
 
 
 def _ratchet_network_to_sensitivity(

@@ -7,6 +7,7 @@ from typing import Any
 
 from registry.core.canonical import definition_hash
 from registry.servers.models import PermissionClass
+from registry.servers.policy import TrustTier
 
 
 @dataclass(frozen=True)
@@ -45,16 +46,25 @@ class ToolDefinition:
         return dict(self.definition.get("annotations") or {})
 
 
-def derive_permission_class(annotations: dict[str, Any]) -> PermissionClass:
+# Tiers whose servers' word about themselves is not taken: a "read-only" hint from them does
+# not make a tool visible to read-only roles until an admin confirms it by setting the class.
+SELF_DESCRIPTION_UNTRUSTED_TIERS = frozenset({TrustTier.COMMUNITY, TrustTier.UNTRUSTED})
+
+
+def derive_permission_class(annotations: dict[str, Any], *, trust_tier: str) -> PermissionClass:
     """Read / write / connect from MCP's tool annotations.
 
     - openWorldHint true: the tool reaches systems beyond the server -> connect;
-    - readOnlyHint true: it changes nothing -> read;
+    - readOnlyHint true: it changes nothing -> read, but only for builtin and verified servers;
+      community and untrusted servers get the stricter class (write) until an admin confirms;
     - otherwise -> write. Annotations are hints a server gives about itself, so a missing hint
       never makes a tool look safer than write; an admin may override the class either way.
     """
     if annotations.get("openWorldHint") is True:
         return PermissionClass.CONNECT
-    if annotations.get("readOnlyHint") is True:
+    if (
+        annotations.get("readOnlyHint") is True
+        and trust_tier not in SELF_DESCRIPTION_UNTRUSTED_TIERS
+    ):
         return PermissionClass.READ
     return PermissionClass.WRITE

@@ -97,7 +97,7 @@ def server_tools_sync(
                 first_seen_at=now,
                 last_seen_at=now,
             )
-            _apply_definition(tool, definition, digest, tool_findings)
+            _apply_definition(tool, definition, digest, tool_findings, trust_tier=server.trust_tier)
             to_create.append(tool)
             result.added.append(definition.name)
             continue
@@ -109,7 +109,7 @@ def server_tools_sync(
             dirty = True
         if tool.definition_hash != digest:
             old_hash = tool.definition_hash
-            _apply_definition(tool, definition, digest, tool_findings)
+            _apply_definition(tool, definition, digest, tool_findings, trust_tier=server.trust_tier)
             if tool.approval_state == ApprovalState.APPROVED:
                 tool.approval_state = ApprovalState.CHANGED
                 result.approvals_dropped.append(tool.name)
@@ -256,7 +256,12 @@ def server_tools_sync(
 
 
 def _apply_definition(
-    tool: Tool, definition: ToolDefinition, digest: str, findings: list[dict[str, Any]]
+    tool: Tool,
+    definition: ToolDefinition,
+    digest: str,
+    findings: list[dict[str, Any]],
+    *,
+    trust_tier: str,
 ) -> None:
     tool.title = definition.title[:300]
     tool.description = definition.description
@@ -265,7 +270,9 @@ def _apply_definition(
     tool.annotations = definition.annotations
     tool.definition = definition.definition
     tool.definition_hash = digest
-    tool.permission_class_derived = derive_permission_class(definition.annotations)
+    tool.permission_class_derived = derive_permission_class(
+        definition.annotations, trust_tier=trust_tier
+    )
     tool.findings = findings
 
 

@@ -13,12 +13,14 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from registry.core.admin_ids import object_id_or_404
 from registry.core.errors import ApplicationError
 from registry.teams import services
 from registry.teams.models import (
@@ -84,6 +86,14 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="Agent tokens", ordering="agents_count")
     def agents_count(self, obj: Team) -> int:
         return obj.agents_count  # type: ignore[attr-defined,no-any-return]
+
+    def delete_model(self, request: HttpRequest, obj: Team) -> None:
+        services.team_delete(actor=request.user, team=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Team]) -> None:
+        with transaction.atomic():
+            for team in queryset:
+                services.team_delete(actor=request.user, team=team)
 
     def save_model(self, request: HttpRequest, obj: Team, form: Any, change: bool) -> None:
         if change and not {"name", "description"} & set(form.changed_data):
@@ -364,10 +374,11 @@ class AccessRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def decide_view(self, request: HttpRequest, object_id: str, decision: str) -> HttpResponse:
         if decision not in ("approve", "deny") or not self.has_change_permission(request):
             raise PermissionDenied
-        get_object_or_404(AccessRequest, pk=object_id)
+        pk = object_id_or_404(object_id)
+        get_object_or_404(AccessRequest, pk=pk)
         response = self._decide(
             request,
-            AccessRequest.objects.filter(pk=object_id),
+            AccessRequest.objects.filter(pk=pk),
             approve=decision == "approve",
             bulk=False,
         )

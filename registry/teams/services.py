@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
+from guardian.models import GroupObjectPermission, UserObjectPermission
 from guardian.shortcuts import assign_perm, remove_perm
 
 from registry.audit.services import Actor, actor_label, audit_record
@@ -81,7 +84,8 @@ def team_create(
 ) -> Team:
     if Team.objects.filter(slug=slug).exists():
         raise ApplicationError(f"A team {slug!r} already exists.", field="slug")
-    group, _ = Group.objects.get_or_create(name=f"team:{slug}")
+    _group_leftover_remove(actor=actor, name=f"team:{slug}")
+    group = Group.objects.create(name=f"team:{slug}")
     team = Team(slug=slug, name=name or slug.replace("-", " ").title(), description=description)
     team.group = group
     _full_clean(team)
@@ -105,6 +109,63 @@ def team_create(
         after={"slug": team.slug, "roles": list(team.roles.values_list("name", flat=True))},
     )
     return team
+
+
+def _group_leftover_remove(*, actor: Actor, name: str) -> None:
+    """A group of a team deleted before teams took their groups along: a new team with the
+    same slug must not inherit its members or permissions."""
+    leftover = Group.objects.filter(name=name, toolroom_team__isnull=True).first()
+    if leftover is None:
+        return
+    members = sorted(leftover.user_set.values_list("username", flat=True))
+    audit_record(
+        actor=actor,
+        action="team.leftover_group_deleted",
+        target=leftover,
+        summary=f"Deleted the group {name} left by a deleted team, and its "
+        f"{len(members)} member link(s), before creating a new team with its slug.",
+        before={"members": members},
+    )
+    leftover.delete()
+
+
+@transaction.atomic
+def team_delete(*, actor: Actor, team: Team) -> None:
+    """Delete a team with everything that belongs to it: its Django group (so its members and
+    object permissions do not pass to a later team with the same slug), roles, memberships,
+    grants, requests and agent tokens; in one transaction, audited."""
+    locked = Team.objects.select_for_update().select_related("group").get(pk=team.pk)
+    group = locked.group
+    members = sorted(group.user_set.values_list("username", flat=True))
+    tokens = list(AgentToken.objects.filter(team=locked).values_list("prefix", flat=True))
+    before = {
+        "slug": locked.slug,
+        "group": group.name,
+        "members": members,
+        "grants": Grant.objects.filter(team=locked).count(),
+        "agent_tokens": len(tokens),
+        "access_requests": AccessRequest.objects.filter(team=locked).count(),
+    }
+    audit_record(
+        actor=actor,
+        action="team.deleted",
+        target=locked,
+        summary=f"Deleted the team {locked.name} ({locked.slug}), its group {group.name} "
+        f"({len(members)} member(s)), {before['grants']} grant(s) and {len(tokens)} agent "
+        "token(s).",
+        before=before,
+    )
+    content_type = ContentType.objects.get_for_model(Team)
+    UserObjectPermission.objects.filter(
+        content_type=content_type, object_pk=str(locked.pk)
+    ).delete()
+    GroupObjectPermission.objects.filter(
+        content_type=content_type, object_pk=str(locked.pk)
+    ).delete()
+    locked.delete()
+    group.delete()  # its member links and object permissions go with it
+    for prefix in tokens:
+        token_lookup_evict_on_commit(prefix)
 
 
 @transaction.atomic
@@ -363,6 +424,36 @@ def access_request_waiting_for(request: AccessRequest) -> str:
     return ""
 
 
+def _check_access_request_limits(*, team: Team, server: McpServer) -> None:
+    """Requests are answered by people: a team (or everyone, for one server) may keep only so
+    many open, and create only so many a day, withdrawn ones included (a create-withdraw loop
+    must not flood the admins' queue or the audit trail)."""
+    Team.objects.select_for_update().filter(pk=team.pk).first()  # one count at a time per team
+    pending = AccessRequest.objects.pending()
+    per_team = settings.TOOLROOM_ACCESS_REQUESTS_OPEN_PER_TEAM
+    if pending.filter(team=team).count() >= per_team:
+        raise ApplicationError(
+            f"{team.name} already has {per_team} open access requests; wait for answers or "
+            "withdraw some before asking for more.",
+            field="team",
+        )
+    per_server = settings.TOOLROOM_ACCESS_REQUESTS_OPEN_PER_SERVER
+    if pending.filter(server=server).count() >= per_server:
+        raise ApplicationError(
+            f"{server.name} already has {per_server} open access requests; ask again once the "
+            "admins have answered them.",
+            field="server",
+        )
+    per_day = settings.TOOLROOM_ACCESS_REQUESTS_PER_TEAM_PER_DAY
+    since = timezone.now() - timedelta(days=1)
+    if AccessRequest.objects.filter(team=team, created_at__gte=since).count() >= per_day:
+        raise ApplicationError(
+            f"{team.name} made {per_day} access requests in the last 24 hours, the most a team "
+            "may; ask again tomorrow.",
+            field="team",
+        )
+
+
 @transaction.atomic
 def access_request_create(
     *,
@@ -380,6 +471,7 @@ def access_request_create(
         raise ApplicationError("Only approved servers can be requested.", field="server")
     if tool is not None and (tool.server_id != server.pk or tool.removed_at is not None):
         raise ApplicationError("That tool is not offered by this server.", field="tool")
+    _check_access_request_limits(team=team, server=server)
     scope = Q(team=team, server=server, role=role) & (
         Q(tool=tool) if tool is not None else Q(tool__isnull=True)
     )
@@ -630,6 +722,7 @@ def agent_token_create(
     )
     if expires_at is not None:
         _bump([team.pk], "agent_token.created")  # the team's next expiry may be this one
+    token_lookup_evict_on_commit(token.prefix)  # in case the prefix was remembered as unknown
     return CreatedToken(token=token, plain=new.plain)
 
 

@@ -41,6 +41,16 @@ def token_lookup_key(prefix: str) -> str:
     return f"agent-token:{prefix}"
 
 
+def token_unknown_key(prefix: str) -> str:
+    """Marks a prefix no token has (kept apart from the lookup, which the fast path reads)."""
+    return f"agent-token-unknown:{prefix}"
+
+
+# How long an unknown prefix is remembered: guesses with made-up prefixes hit the cache, not
+# the database. A new token's prefix is random (and evicted from here when it is created).
+UNKNOWN_PREFIX_CACHE_SECONDS = 60
+
+
 def token_last_used_key(token_id: int) -> str:
     return f"agent-token-used:{token_id}"
 
@@ -155,10 +165,14 @@ def token_authenticate(plain: str) -> AgentIdentity:
         raise TokenRejected("malformed")
     key = token_lookup_key(prefix)
     cache = hot_cache()
-    entry = cache.get(key)
+    found = cache.get_many([key, token_unknown_key(prefix)])
+    entry = found.get(key)
     if entry is None:
+        if found.get(token_unknown_key(prefix)):
+            raise TokenRejected("unknown prefix")
         entry = _entry_from_db(prefix)
         if entry is None:
+            cache.set(token_unknown_key(prefix), 1, UNKNOWN_PREFIX_CACHE_SECONDS)
             raise TokenRejected("unknown prefix")
         cache.set(key, entry, LOOKUP_CACHE_SECONDS)
     return identity_from_entry(entry, plain, time.time())
@@ -166,7 +180,9 @@ def token_authenticate(plain: str) -> AgentIdentity:
 
 def token_lookup_evict_on_commit(prefix: str) -> None:
     """Drop the cached lookup once the revocation (or change) is committed."""
-    transaction.on_commit(lambda: hot_cache().delete(token_lookup_key(prefix)))
+    transaction.on_commit(
+        lambda: hot_cache().delete_many([token_lookup_key(prefix), token_unknown_key(prefix)])
+    )
 
 
 def last_use_due(token_id: int, now: float) -> bool:

@@ -20,6 +20,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
 
 from registry.api.pagination import TeamListPagination
 from registry.api.permissions import IsPerson
@@ -123,6 +124,13 @@ class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedV
 )
 class AccessRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
     serializer_class = AccessRequestSerializer
+    throttle_scope = "access_requests"
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        # Asking and withdrawing are throttled per person; reading is not.
+        if self.action in ("create", "withdraw"):
+            return [ScopedRateThrottle()]
+        return []
 
     def base_queryset(self) -> Any:
         # The serializer names the team, server, tool, role and requester.
@@ -198,7 +206,12 @@ class AgentTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamSc
         created = services.agent_token_create(actor=request.user, **data.validated_data)
         body = AgentTokenCreatedSerializer(created.token).data
         body["token"] = created.plain
-        return Response(body, status=status.HTTP_201_CREATED)
+        # The token is in this answer only: no cache (browser, proxy) may keep a copy.
+        return Response(
+            body,
+            status=status.HTTP_201_CREATED,
+            headers={"Cache-Control": "no-store", "Pragma": "no-cache"},
+        )
 
     @extend_schema(
         summary="Revoke an agent token (team owners); it gets 401 from the next request on",

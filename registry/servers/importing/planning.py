@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from registry.servers.importing.reading import (
     FORMAT_SERVER_JSON,
     load_document,
 )
+from registry.servers.importing.variables import ProcessVariables
 from registry.servers.models import Category, McpServer
 from registry.servers.policy import (
     NetworkMode,
@@ -66,7 +66,8 @@ class ImportOptions:
     `tier` and `category` apply to every entry (they win over the file, with a warning where
     they differ). `may_vouch_tier`: whether the importer may give a tier above untrusted
     (operators on the command line may; in the admin, users with `servers.vouch_trust_tier`).
-    `environ` is where Toolroom YAML's ${VAR} come from (the process environment by default).
+    `environ` is where Toolroom YAML's ${VAR} come from (by default the operator-allowed part of
+    the process environment, see `variables`).
     """
 
     format: str = FORMAT_AUTO
@@ -249,7 +250,7 @@ def _parse(fmt: str, data: dict[str, Any], options: ImportOptions) -> ParsedFile
         return mcp_json.parse(data)
     if fmt == FORMAT_SERVER_JSON:
         return server_json.parse(data)
-    environ = options.environ if options.environ is not None else os.environ
+    environ = options.environ if options.environ is not None else ProcessVariables()
     return toolroom_yaml.parse(data, environ=environ)
 
 
@@ -368,8 +369,17 @@ def _plan_entry(
             for message in messages
         )
 
+    tier_option_refused = options.tier not in (None, TrustTier.UNTRUSTED)  # said once, above
+    if not options.may_vouch_tier and not problems and not tier_option_refused:
+        # The services refuse it too; the plan says so before anyone confirms.
+        changed = set(values) if existing is None else set(_changed_names(existing, candidate))
+        reasons = services.vouch_reasons(existing, candidate, changed)
+        if reasons:
+            problems.append(ImportProblem(entry.label, None, services.vouch_refusal(reasons)))
+
     if not problems:
         warnings.extend(server_sandbox_launch_warnings(candidate))
+
     plan = EntryPlan(
         label=entry.label,
         slug=entry.slug,
@@ -394,6 +404,17 @@ def _plan_entry(
             category_set=category_set,
         )
         plan.action = ImportAction.UPDATE if plan.changes else ImportAction.UNCHANGED
+        if plan.changes:
+            changes = {name: values[name] for name in plan.changed_fields if name in values}
+            retargeted = services.secrets_drop_on_retarget(  # the services' own rule
+                existing, copy.deepcopy(candidate), changes
+            )
+            if retargeted:
+                warnings.append(
+                    f"Its {', '.join(retargeted)} changes: the stored env and header values are "
+                    "dropped (their names are kept) unless the file gives them anew; enter them "
+                    "again in the admin."
+                )
         if plan.changes and existing.review_status in services.REVIEWED_STATUSES:
             loosened = services._loosening_changes(  # the services' own rule
                 existing, candidate, set(plan.changed_fields)
@@ -404,6 +425,14 @@ def _plan_entry(
                     f"changing {', '.join(loosened)} sends it back to review."
                 )
     return plan, problems
+
+
+def _changed_names(existing: McpServer, candidate: McpServer) -> list[str]:
+    return [
+        name
+        for name in services.SERVER_EDITABLE_FIELDS
+        if name != "category" and getattr(existing, name) != getattr(candidate, name)
+    ]
 
 
 def _entry_category(

@@ -204,7 +204,89 @@ def _yaml_position(mark: Any) -> str:
     return f" at line {mark.line + 1}, column {mark.column + 1}"
 
 
+# Deeper than any real configuration; PyYAML's pure-Python scanner takes time quadratic in the
+# flow nesting depth (a 20 KB `[[[[...` took 23 s), so the depth is bounded before it runs.
+YAML_MAX_NESTING = 64
+_QUOTE_STARTERS = frozenset("[{,:-?\n")
+
+
+def yaml_nesting_depth(text: str, *, limit: int = YAML_MAX_NESTING) -> tuple[int, int]:
+    """The deepest nesting in `text`, counted in one linear pass, and the offset where it went
+    past `limit` (or -1). Flow brackets outside quotes and comments count one level each, block
+    indentation one level per deeper indent. It may count more than YAML would (a bracket in a
+    plain scalar), never less, so it can be trusted as a bound."""
+    depth = flow = 0
+    indents: list[int] = [0]
+    quote = ""
+    in_comment = False
+    last = "\n"  # the last significant character outside quotes and comments
+    line_start = True
+    indent = 0
+    deepest = 0
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            quote, in_comment, last, line_start, indent = "", False, "\n", True, 0
+            i += 1
+            continue
+        if quote:
+            if ch == "\\" and quote == '"':
+                i += 2
+                continue
+            if ch == quote:
+                if quote == "'" and text[i + 1 : i + 2] == "'":
+                    i += 2
+                    continue
+                quote = ""
+                last = ch
+            i += 1
+            continue
+        if in_comment:
+            i += 1
+            continue
+        if line_start:
+            if ch in " \t":
+                indent += 1
+                i += 1
+                continue
+            line_start = False
+            if flow == 0 and ch != "#":
+                while len(indents) > 1 and indent < indents[-1]:
+                    indents.pop()
+                if indent > indents[-1]:
+                    indents.append(indent)
+        if ch == "#" and (i == 0 or text[i - 1] in " \t"):
+            in_comment = True
+        elif ch in "\"'" and last in _QUOTE_STARTERS and (i == 0 or text[i - 1] in " \t\n[{,"):
+            # Only where YAML starts a quoted scalar; `a:'x` or `a 'x` are plain text.
+            quote = ch
+        elif ch in "[{":
+            flow += 1
+        elif ch in "]}":
+            flow = max(0, flow - 1)
+        elif ch == "-" and text[i + 1 : i + 2] in (" ", "") and flow == 0:
+            # "- - - x": each compact dash is a level of its own.
+            indents.append(indents[-1] + 1 + (i - indent))
+        if ch not in " \t":
+            last = ch
+        depth = len(indents) - 1 + flow
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                return deepest, i
+        i += 1
+    return deepest, -1
+
+
 def parse_yaml(text: str) -> Any:
+    _deepest, where = yaml_nesting_depth(text)
+    if where >= 0:
+        line = text.count("\n", 0, where) + 1
+        raise _refuse(
+            f"The file nests deeper than {YAML_MAX_NESTING} levels (at line {line}); import "
+            "files are never that deep."
+        )
     try:
         # Anchors and aliases are refused before anything is built: an alias-bomb ("billion
         # laughs") expands only when constructed, so the events are checked first.

@@ -15,7 +15,9 @@
 
 The structure is checked with a JSON Schema that allows no unknown key, so a typo is an error
 naming the entry and the key. `${VAR}` in any value is replaced from the environment (`$$` is a
-literal `$`); an undefined variable is an error naming the variable and the entry.
+literal `$`); an undefined variable is an error naming the variable and the entry. From the
+process environment only operator-allowed variables are read (`TOOLROOM_IMPORT_*` and those in
+TOOLROOM_IMPORT_ALLOWED_VARIABLES), and Toolroom's own secrets never (see `variables`).
 
 Each entry describes its launch spec in full (transport, command, url, env, headers, package,
 image, working directory): what it leaves out is empty. Other keys (policy, health check,
@@ -39,6 +41,7 @@ from registry.servers.importing.entries import (
     ParsedEntry,
     ParsedFile,
 )
+from registry.servers.importing.variables import ProcessVariables, variable_refusal
 from registry.servers.launch_spec import ENV_NAME
 from registry.servers.models import (
     HealthCheckMethod,
@@ -314,6 +317,11 @@ def expand_variables(text: str, environ: Mapping[str, str]) -> str:
             name = text[i + 2 : end]
             if not ENV_NAME.match(name):
                 raise _VariableError(f"refers to ${{{name}}}, which is not a variable name")
+            refusal = variable_refusal(
+                name, environ.get(name), from_process=isinstance(environ, ProcessVariables)
+            )
+            if refusal:
+                raise _VariableError(refusal)
             if name not in environ:
                 raise _VariableError(f"refers to ${{{name}}}, which is not set in the environment")
             out.append(environ[name])

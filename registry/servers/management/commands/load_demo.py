@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,8 +63,8 @@ class Command(BaseCommand):
                 else "No demo tools waiting for approval."
             )
             return
+        # The demo file reads these two variables and nothing of the process environment.
         environ = {
-            **os.environ,
             "TOOLROOM_PYTHON": sys.executable,
             "TOOLROOM_PROJECT_DIR": str(settings.BASE_DIR),
         }

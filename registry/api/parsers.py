@@ -1,0 +1,22 @@
+"""The API's JSON parser: a body nested too deeply is a 400 in the API's error shape, not a 500."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import IO, Any
+
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+
+
+class BoundedJSONParser(JSONParser):
+    def parse(
+        self,
+        stream: IO[Any],
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> Any:
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError as exc:
+            raise ParseError("JSON parse error - the body is nested too deeply.") from exc
