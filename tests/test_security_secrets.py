@@ -92,6 +92,47 @@ def test_a_new_command_drops_the_stored_env(alice, changes):
     assert updated.env == {"API_KEY": "", "REGION": ""}
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [
+        # What `adopt_launchers` and a re-import write: the same package, pinned.
+        {
+            "command": ["npx", "-y", "@acme/weather@1.2.3", "--units", "metric"],
+            "package_registry": "npm",
+            "package_identifier": "@acme/weather",
+            "package_version": "1.2.3",
+        },
+        {"command": ["npx", "--yes", "@acme/weather@1.3.0", "--units", "metric"]},
+    ],
+)
+def test_pinning_the_same_launched_package_keeps_the_stored_env(alice, changes):
+    server = McpServerFactory(
+        command=["npx", "-y", "@acme/weather", "--units", "metric"], env={"API_KEY": TOKEN}
+    )
+
+    updated = services.server_update(actor=alice, server=server, changes=changes)
+
+    assert updated.env == {"API_KEY": TOKEN}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["npx", "-y", "@evil/weather@1.2.3", "--units", "metric"],
+        ["npx", "-y", "@acme/weather@1.2.3", "--print-env"],
+        ["uvx", "acme-weather==1.2.3", "--units", "metric"],
+    ],
+)
+def test_another_package_or_other_arguments_drop_the_stored_env(alice, command):
+    server = McpServerFactory(
+        command=["npx", "-y", "@acme/weather", "--units", "metric"], env={"API_KEY": TOKEN}
+    )
+
+    updated = services.server_update(actor=alice, server=server, changes={"command": command})
+
+    assert updated.env == {"API_KEY": ""}
+
+
 def test_the_admin_form_drops_the_env_when_the_command_changes(client, alice):
     from tests.test_admin_servers import _form_data
 

@@ -20,6 +20,7 @@ from django.utils import timezone
 from registry.audit.services import Actor, actor_label, audit_record
 from registry.core.errors import ApplicationError
 from registry.servers.discovery import discovery_request
+from registry.servers.importing.launchers import LauncherError, launcher_parse
 from registry.servers.models import (
     ApprovalEndReason,
     ApprovalState,
@@ -355,13 +356,56 @@ def _tools_rederive_permission_class(server: McpServer) -> None:
     Tool.objects.bulk_update(tools, ["permission_class_derived", "permission_class"])
 
 
+def _launched_program(server: McpServer) -> tuple[Any, ...]:
+    """What a stdio server runs, without the version a launcher pins: `npx -y pkg ARGS` and the
+    same package stored as a reference with `npx -y pkg@1.2.3 ARGS` run the same program with
+    the same arguments, so pinning (an import, `adopt_launchers`) does not point it elsewhere."""
+    argv = list(server.command or [])
+    try:
+        launcher = launcher_parse(argv)
+    except LauncherError:
+        launcher = None
+    if launcher is None:
+        return (
+            "argv",
+            tuple(argv),
+            server.image,
+            server.package_registry,
+            server.package_identifier,
+        )
+    # Stored references that disagree with the command are part of what runs.
+    stray_package = (
+        (server.package_registry, server.package_identifier)
+        if server.package_identifier not in ("", launcher.identifier)
+        or server.package_registry not in ("", launcher.registry)
+        else ()
+    )
+    stray_image = (
+        server.image
+        if server.image and server.image.split("@")[0].rsplit(":", 1)[0] != launcher.identifier
+        else ""
+    )
+    return (
+        "launcher",
+        launcher.registry,
+        launcher.identifier,
+        launcher.program,
+        launcher.arguments,
+        tuple(sorted(launcher.env)),
+        stray_package,
+        stray_image,
+    )
+
+
 def _retarget_reasons(before: McpServer, after: McpServer) -> list[str]:
     """What changed about where a server's stored secrets would be sent or who would read them."""
-    reasons = [
-        name
-        for name in ("transport", "command", "image", "package_registry", "package_identifier")
-        if getattr(before, name) != getattr(after, name)
-    ]
+    reasons = [name for name in ("transport",) if getattr(before, name) != getattr(after, name)]
+    if not reasons and _launched_program(before) != _launched_program(after):
+        reasons += [
+            name
+            for name in ("command", "image", "package_registry", "package_identifier")
+            if getattr(before, name) != getattr(after, name)
+        ]
     if before.url != after.url and _origin(before.url) != _origin(after.url):
         reasons.append("URL host")
     return reasons
