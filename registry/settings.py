@@ -294,7 +294,8 @@ OIDC_RP_SIGN_ALGO: str = env.str("OIDC_RP_SIGN_ALGO", default="RS256")
 OIDC_RP_SCOPES: str = env.str("OIDC_RP_SCOPES", default="openid email profile")
 OIDC_USE_PKCE = True
 OIDC_REDIRECT_REQUIRE_HTTPS = IS_PRODUCTION
-LOGIN_REDIRECT_URL_FAILURE = "portal:sign-in"
+# A path, not a URL name: mozilla-django-oidc redirects to it as it is.
+LOGIN_REDIRECT_URL_FAILURE = "/portal/sign-in/?sso=failed"
 # The claim naming the person's teams ("" = memberships are managed in Toolroom only), the prefix
 # its values carry before a team's slug, and the suffix that makes the person an owner.
 TOOLROOM_OIDC_TEAMS_CLAIM: str = env.str("TOOLROOM_OIDC_TEAMS_CLAIM", default="")

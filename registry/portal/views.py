@@ -51,6 +51,7 @@ class SignInView(auth_views.LoginView):
         context = super().get_context_data(**kwargs)
         context["oidc_enabled"] = _oidc_enabled()
         context["sso_label"] = settings.TOOLROOM_OIDC_LABEL
+        context["sso_failed"] = self.request.GET.get("sso") == "failed"
         return context
 
 
