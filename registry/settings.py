@@ -131,6 +131,7 @@ INSTALLED_APPS = [
     "registry.catalogue",
     "mozilla_django_oidc",
     "registry.portal",
+    "registry.notifications",
 ]
 
 MIDDLEWARE = [
