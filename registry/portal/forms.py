@@ -95,6 +95,10 @@ class AccessRequestForm(forms.Form):
         return _end_of_day(self.cleaned_data.get("wished_expiry"))
 
 
+def _role_label(obj: TeamRole) -> str:
+    return f"{obj.name} ({', '.join(obj.permission_classes)} tools)"
+
+
 class AgentTokenForm(forms.Form):
     name = forms.CharField(label="Agent name", max_length=100)
     role = forms.ModelChoiceField(queryset=TeamRole.objects.none(), label="Role", empty_label=None)
@@ -112,7 +116,9 @@ class AgentTokenForm(forms.Form):
 
     def __init__(self, *args: Any, team: Team, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["role"].queryset = team.roles.all()  # type: ignore[attr-defined]
+        role = cast(forms.ModelChoiceField, self.fields["role"])  # type: ignore[type-arg]
+        role.queryset = team.roles.all()
+        role.label_from_instance = _role_label  # type: ignore[method-assign]
 
     def expires_at(self) -> datetime | None:
         return _end_of_day(self.cleaned_data.get("expiry"))
