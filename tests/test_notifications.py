@@ -328,3 +328,24 @@ def test_webhook_urls_pass_the_network_guard(people, settings):
     settings.TOOLROOM_ALLOWED_NETWORKS = []
     with pytest.raises(ApplicationError):
         notifications.webhook_endpoint_create(actor="admin", url="http://127.0.0.1:9/hook")
+
+
+def test_rotating_the_secrets_key_re_encrypts_webhook_secrets(settings):
+    import io
+
+    from cryptography.fernet import Fernet
+    from django.core.management import call_command
+
+    from registry.core.secret_fields import decrypt_text
+    from registry.notifications.models import WebhookEndpoint
+
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    settings.TOOLROOM_SECRETS_KEYS = [old]
+    created = notifications.webhook_endpoint_create(actor="admin", url="https://example.com/hook")
+    settings.TOOLROOM_SECRETS_KEYS = [new, old]
+    out = io.StringIO()
+    call_command("rotate_secrets_key", stdout=out)
+    assert "signing secrets of 1 webhook(s)" in out.getvalue()
+    settings.TOOLROOM_SECRETS_KEYS = [new]
+    stored = WebhookEndpoint.objects.get(pk=created.endpoint.pk).secret_encrypted
+    assert decrypt_text(stored) == created.secret

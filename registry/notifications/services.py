@@ -118,6 +118,18 @@ def webhook_endpoint_deactivate(*, actor: Actor, endpoint: WebhookEndpoint) -> W
     return locked
 
 
+def webhook_secrets_reencrypt() -> int:
+    """Re-encrypt every endpoint's signing secret with the first key of TOOLROOM_SECRETS_KEY
+    (part of `manage.py rotate_secrets_key`); returns how many were rewritten."""
+    rewritten = 0
+    with transaction.atomic():
+        for endpoint in WebhookEndpoint.objects.select_for_update().order_by("pk"):
+            endpoint.secret_encrypted = encrypt_text(decrypt_text(endpoint.secret_encrypted))
+            endpoint.save(update_fields=["secret_encrypted"])
+            rewritten += 1
+    return rewritten
+
+
 def webhook_signature(*, secret: str, timestamp: int, body: bytes) -> str:
     digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
     return f"t={timestamp},v1={digest.hexdigest()}"
