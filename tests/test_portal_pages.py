@@ -316,3 +316,24 @@ def test_connect_gives_client_configs_without_any_token(client, world, dave):
     assert "format=openai" in body
     assert "format=anthropic" in body
     assert "trm_" not in body
+
+
+def test_browse_and_my_teams_take_as_many_queries_whatever_the_registry_size(client, world, dave):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _signed_in(client, dave)
+
+    def count(path):
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(path).status_code == 200
+        return len(queries)
+
+    for path in ("/portal/browse/", "/portal/"):
+        count(path)  # warm Django's content type cache
+    before = {path: count(path) for path in ("/portal/browse/", "/portal/")}
+    for n in range(5):
+        server = approved_server(f"extra-{n}", {"one": READ, "two": WRITE}, category=f"c{n}")
+        GrantFactory(team=world["alpha"], server=server)
+    after = {path: count(path) for path in ("/portal/browse/", "/portal/")}
+    assert after == before
