@@ -275,6 +275,11 @@ def test_an_owner_creates_a_token_shown_once_that_works_then_revokes_it(
     row = owners.split("ci-bot")[1].split("</tr>")[0]
     assert "never" not in row  # last used: the moment the catalogue was fetched
 
+    # The catalogue's pre-flight, as the agent would get it: clock is not granted to alpha.
+    row = client.get("/portal/teams/alpha/owners/").content.decode().split("ci-bot", 1)[1]
+    preflight = row.split('class="preflight"')[1].split("</ul>")[0]
+    assert re.search(r"<code>clock</code> \(required\): <span[^>]*>not_granted", preflight)
+    assert re.search(r"<code>files</code> \(required\): <span[^>]*>ok", preflight)
     client.post(
         f"/portal/teams/alpha/owners/tokens/{token.pk}/declare/", {"required_servers": "files"}
     )
@@ -337,3 +342,20 @@ def test_browse_and_my_teams_take_as_many_queries_whatever_the_registry_size(cli
         GrantFactory(team=world["alpha"], server=server)
     after = {path: count(path) for path in ("/portal/browse/", "/portal/")}
     assert after == before
+
+
+def test_browse_summarises_the_scanners_verdict(client, world, dave):
+    from registry.servers.models import ServerStatus, Tool
+
+    report = {"ok": True, "findings": {"tools_flagged": [], "tools_flagged_count": 0}}
+    ServerStatus.objects.filter(server__slug__in=["files", "clock"]).update(vetting_report=report)
+    Tool.objects.filter(server__slug="files", name="write_file").update(
+        findings=[{"kind": "instructions", "detail": "asks the model to ignore the user"}]
+    )
+    body = _signed_in(client, dave).get("/portal/browse/").content.decode()
+    files = body.split('id="server-files"')[1].split("</article>")[0]
+    clock = body.split('id="server-clock"')[1].split("</article>")[0]
+    secret = body.split('id="server-secret-sauce"')[1].split("</article>")[0]
+    assert "scanner: 1 tool(s) flagged by the scanner; approved after review" in files
+    assert "scanner: no findings" in clock
+    assert "scanner: not scanned yet" in secret

@@ -13,7 +13,12 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from registry.catalogue.selectors import Catalogue, catalogue_for_agent
+from registry.catalogue.selectors import (
+    Catalogue,
+    Preflight,
+    catalogue_for_agent,
+    catalogue_preflight,
+)
 from registry.servers.models import McpServer, Tool
 from registry.teams.models import (
     AccessRequest,
@@ -92,12 +97,15 @@ def team_overview(*, user: AbstractBaseUser, team: Team) -> TeamOverview:
 def _scanner_verdict(server: McpServer, tools: list[Tool]) -> str:
     status = getattr(server, "status", None)
     report: dict[str, Any] = (status.vetting_report if status else None) or {}
-    flagged = sum(1 for tool in tools if tool.findings)
+    flagged = [tool for tool in tools if tool.findings]
     if not report and not flagged:
         return "not scanned yet"
-    if flagged:
-        return f"{flagged} tool(s) flagged by the scanner; approved after review"
-    return "no findings"
+    if not flagged:
+        return "no findings"
+    pending = sum(1 for tool in flagged if not tool.is_approved)
+    return f"{len(flagged)} tool(s) flagged by the scanner; " + (
+        f"{pending} of them not approved" if pending else "approved after review"
+    )
 
 
 def browse_servers(*, team: Team | None, search: str = "") -> list[BrowseServer]:
@@ -160,6 +168,22 @@ def team_agent_tokens(*, team: Team) -> list[AgentToken]:
         .order_by("revoked_at", "name", "-created_at")
     )
     return agent_tokens_with_last_use(tokens)
+
+
+def agent_token_preflights(*, team: Team, tokens: list[AgentToken]) -> dict[int, Preflight]:
+    """The catalogue's pre-flight of each usable token that declares servers: what its agent
+    would be told about the servers it requires (one catalogue per role, shared)."""
+    catalogues: dict[int, Catalogue] = {}
+    preflights: dict[int, Preflight] = {}
+    for token in tokens:
+        if not token.is_usable or not token.declared_servers:
+            continue
+        if token.role_id not in catalogues:
+            catalogues[token.role_id] = catalogue_for_agent(team_id=team.pk, role_id=token.role_id)
+        preflights[token.pk] = catalogue_preflight(
+            catalogue=catalogues[token.role_id], declared_servers=token.declared_servers
+        )
+    return preflights
 
 
 def team_members(*, team: Team) -> QuerySet[Membership]:

@@ -192,6 +192,10 @@ def _owners_page(
     created: team_services.CreatedToken | None = None,
     status: int = 200,
 ) -> HttpResponse:
+    tokens = selectors.team_agent_tokens(team=team)
+    preflights = selectors.agent_token_preflights(team=team, tokens=tokens)
+    for token in tokens:
+        token.preflight = preflights.get(token.pk)  # type: ignore[attr-defined]
     response = render(
         request,
         "portal/owners.html",
@@ -201,7 +205,7 @@ def _owners_page(
             "owners",
             members=selectors.team_members(team=team),
             roles=list(team.roles.all()),
-            tokens=selectors.team_agent_tokens(team=team),
+            tokens=tokens,
             form=form or AgentTokenForm(team=team),
             created=created,
         ),
