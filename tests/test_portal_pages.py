@@ -110,7 +110,10 @@ def test_another_teams_pages_are_refused(client, world, dave):
         "/portal/teams/beta/owners/",
         "/portal/teams/beta/connect/",
     ):
-        assert client.get(path).status_code == 404, path
+        answer = client.get(path)
+        assert answer.status_code == 404, path
+        assert "None of your teams has this name" in answer.content.decode()
+        assert "/admin/" not in answer.content.decode()  # the portal's page, not the admin's
     assert client.post("/portal/teams/beta/requests/", {"target": "x"}).status_code == 404
     assert client.post("/portal/teams/beta/owners/tokens/", {"name": "x"}).status_code == 404
     assert not AgentToken.objects.filter(name="x").exists()
@@ -118,7 +121,9 @@ def test_another_teams_pages_are_refused(client, world, dave):
 
 def test_owner_pages_are_for_owners_only(client, world, dave, charlie):
     _signed_in(client, dave)
-    assert client.get("/portal/teams/alpha/owners/").status_code == 403
+    refused = client.get("/portal/teams/alpha/owners/")
+    assert refused.status_code == 403
+    assert "owners may see and do this" in refused.content.decode()
     role = world["alpha"].roles.get(name="review")
     answer = client.post("/portal/teams/alpha/owners/tokens/", {"name": "bot", "role": role.pk})
     assert answer.status_code == 403

@@ -15,9 +15,8 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from registry.catalogue.selectors import catalogue_for_agent
@@ -59,6 +58,19 @@ class SignOutView(auth_views.LogoutView):
     next_page = "portal:sign-in"
 
 
+NOT_YOURS = "None of your teams has this name, or it does not exist."
+
+
+def refused(request: HttpRequest, status: int, message: str) -> HttpResponse:
+    """The portal's own 403/404 page: members never land on the admin's look or links."""
+    return render(
+        request,
+        "portal/refused.html",
+        {"section": "", "status": status, "message": message},
+        status=status,
+    )
+
+
 def team_page(*, owners_only: bool = False) -> Callable[[TeamView], TeamView]:
     """Resolve `slug` to one of the person's teams (404 otherwise) and pass it on as `team`."""
 
@@ -68,10 +80,10 @@ def team_page(*, owners_only: bool = False) -> Callable[[TeamView], TeamView]:
         def wrapper(request: HttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
             team = selectors.portal_team(user=request.user, slug=slug)
             if team is None:
-                raise Http404("No team of yours has this name.")
+                return refused(request, 404, NOT_YOURS)
             is_owner = selectors.portal_is_owner(user=request.user, team=team)
             if owners_only and not is_owner:
-                raise PermissionDenied("Only the team's owners may do this.")
+                return refused(request, 403, "Only the team's owners may see and do this.")
             request.portal_team_is_owner = is_owner  # type: ignore[attr-defined]
             return view(request, team, *args, **kwargs)
 
@@ -170,11 +182,13 @@ def access_requests(request: HttpRequest, team: Team) -> HttpResponse:
 @require_POST
 @team_page()
 def access_request_withdraw(request: HttpRequest, team: Team, pk: int) -> HttpResponse:
-    access_request = get_object_or_404(AccessRequest, pk=pk, team=team)
+    access_request = AccessRequest.objects.filter(pk=pk, team=team).first()
+    if access_request is None:
+        return refused(request, 404, "Your team has no such request.")
     if access_request.requested_by_id != request.user.pk and not getattr(
         request, "portal_team_is_owner", False
     ):
-        raise PermissionDenied("Only the person who asked or a team owner may withdraw it.")
+        return refused(request, 403, "Only the person who asked or a team owner may withdraw it.")
     try:
         team_services.access_request_withdraw(actor=request.user, request=access_request)
     except ApplicationError as exc:
@@ -247,7 +261,9 @@ def agent_token_create(request: HttpRequest, team: Team) -> HttpResponse:
 @require_POST
 @team_page(owners_only=True)
 def agent_token_revoke(request: HttpRequest, team: Team, pk: int) -> HttpResponse:
-    token = get_object_or_404(AgentToken, pk=pk, team=team)
+    token = AgentToken.objects.filter(pk=pk, team=team).first()
+    if token is None:
+        return refused(request, 404, "Your team has no such agent token.")
     try:
         team_services.agent_token_revoke(actor=request.user, token=token)
     except ApplicationError as exc:
@@ -260,7 +276,9 @@ def agent_token_revoke(request: HttpRequest, team: Team, pk: int) -> HttpRespons
 @require_POST
 @team_page(owners_only=True)
 def agent_token_declare(request: HttpRequest, team: Team, pk: int) -> HttpResponse:
-    token = get_object_or_404(AgentToken, pk=pk, team=team)
+    token = AgentToken.objects.filter(pk=pk, team=team).first()
+    if token is None:
+        return refused(request, 404, "Your team has no such agent token.")
     form = DeclareServersForm(request.POST)
     form.is_valid()
     required = parse_slugs(form.cleaned_data.get("required_servers", ""))

@@ -150,7 +150,10 @@ def test_a_member_is_refused_another_teams_pages(page: Page, page_problems: Page
     page_problems.expect_status(403, r"/portal/teams/alpha/owners/$")
     for path in ("/portal/teams/beta/", "/portal/teams/beta/requests/"):
         assert page.goto(path).status == 404
+        expect(page.locator("main")).to_contain_text("None of your teams has this name")
+        expect(page.get_by_role("link", name="Back to your teams")).to_be_visible()
     assert page.goto("/portal/teams/alpha/owners/").status == 403
+    expect(page.locator("main")).to_contain_text("Only the team's owners")
     assert page.goto("/portal/teams/alpha/").status == 200
     expect(page.get_by_role("link", name="Members and agents")).to_have_count(0)
 
