@@ -364,3 +364,27 @@ def test_browse_summarises_the_scanners_verdict(client, world, dave):
     assert "scanner: 1 tool(s) flagged by the scanner; approved after review" in files
     assert "scanner: no findings" in clock
     assert "scanner: not scanned yet" in secret
+
+
+def test_the_portal_sign_in_goes_through_djangos_authenticate(client, world):
+    """So whatever guards `authenticate()` (login-failure signals, lockouts) guards the portal."""
+    from django.contrib.auth.signals import user_logged_in, user_login_failed
+
+    failed, succeeded = [], []
+
+    def on_failure(sender, credentials, request=None, **kwargs):
+        failed.append((credentials["username"], request is not None))
+
+    def on_success(sender, user, request=None, **kwargs):
+        succeeded.append(user.username)
+
+    user_login_failed.connect(on_failure)
+    user_logged_in.connect(on_success)
+    try:
+        client.post("/portal/sign-in/", {"username": "dave", "password": "wrong"})
+        client.post("/portal/sign-in/", {"username": "dave", "password": PASSWORD})
+    finally:
+        user_login_failed.disconnect(on_failure)
+        user_logged_in.disconnect(on_success)
+    assert failed == [("dave", True)]
+    assert succeeded == ["dave"]
