@@ -325,6 +325,8 @@ def test_connect_gives_client_configs_without_any_token(client, world, dave):
     assert "toolroom-alpha" in body
     assert "format=openai" in body
     assert "format=anthropic" in body
+    assert "http://127.0.0.1:8000/api/v1/catalogue/mcp.json?client=claude" in body
+    assert "http://127.0.0.1:8000/mcp/" in body  # the catalogue's client config: the gateway
     assert "trm_" not in body
 
 
@@ -388,3 +390,33 @@ def test_the_portal_sign_in_goes_through_djangos_authenticate(client, world):
         user_logged_in.disconnect(on_success)
     assert failed == [("dave", True)]
     assert succeeded == ["dave"]
+
+
+def test_the_connect_snippets_are_valid_json_and_python(world):
+    import json
+
+    from registry.catalogue.selectors import catalogue_for_agent
+    from registry.portal.connect import connect_snippets
+
+    role = world["alpha"].roles.get(name="review")
+    catalogue = catalogue_for_agent(team_id=world["alpha"].pk, role_id=role.pk)
+    snippets = {s.key: s for s in connect_snippets(catalogue=catalogue, public_url="https://t.io/")}
+    assert set(snippets) == {
+        "claude-code",
+        "claude-desktop",
+        "vscode",
+        "cursor",
+        "openai",
+        "anthropic",
+    }
+    for key in ("claude-desktop", "vscode", "cursor"):
+        document = json.loads(snippets[key].text)
+        assert "toolroom-alpha" in json.dumps(document)
+    assert json.loads(snippets["vscode"].text)["servers"]["toolroom-alpha"]["url"] == (
+        "https://t.io/mcp/"
+    )
+    for key in ("openai", "anthropic"):
+        compile(snippets[key].text, key, "exec")
+        assert "https://t.io/api/v1/catalogue?format=" + key in snippets[key].text
+    entry = snippets["claude-code"].text.split("'")[1]
+    assert json.loads(entry)["url"] == "https://t.io/mcp/"

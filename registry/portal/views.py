@@ -299,10 +299,12 @@ def connect(request: HttpRequest, team: Team) -> HttpResponse:
     """Copy-paste set-up for MCP clients and function-calling examples."""
     role = team.roles.first()
     snippets = []
+    public_url = (settings.TOOLROOM_PUBLIC_URL or request.build_absolute_uri("/")).rstrip("/")
     if role is not None:
         catalogue = catalogue_for_agent(team_id=team.pk, role_id=role.pk)
-        public_url = settings.TOOLROOM_PUBLIC_URL or request.build_absolute_uri("/")
         snippets = connect_snippets(catalogue=catalogue, public_url=public_url)
     return render(
-        request, "portal/connect.html", _context(request, team, "connect", snippets=snippets)
+        request,
+        "portal/connect.html",
+        _context(request, team, "connect", snippets=snippets, public_url=public_url),
     )
