@@ -1,9 +1,10 @@
 """Access request notifications: e-mail through a real SMTP server (aiosmtpd on a free port) and
 signed webhooks to a real HTTP receiver, retried by the Celery task with backoff.
 
-No worker runs here: the tasks the control plane sends are recorded at `task_queue.send_now` (the
-boundary to the broker) and then run with Celery's own `Task.apply`, retries included, exactly as
-the worker would run them; the broker round trip is covered by the workers' end-to-end tests."""
+Most tests record the tasks the control plane sends at `task_queue.send_now` (the boundary to the
+broker) and run them with Celery's own `Task.apply`, retries included, as the worker would, so a
+retry schedule of minutes takes no time; the last test sends them through the real Redis broker to
+a real worker process (tests.test_worker_e2e's `worker`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from registry.teams.models import MembershipLevel
 from tests.catalogue_helpers import READ, approved_server
 from tests.factories import TeamFactory, UserFactory
 from tests.mcp_fixtures import free_port
+from tests.test_worker_e2e import worker  # noqa: F401 (a fixture: a real Celery worker process)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("redis_cache")]
 
@@ -39,6 +41,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 class _Inbox:
     def __init__(self) -> None:
         self.messages: list[Message] = []
+        self.port = 0
 
     async def handle_DATA(self, server, session, envelope):
         message = message_from_bytes(envelope.original_content)
@@ -52,6 +55,7 @@ def smtp_inbox(settings):
     inbox = _Inbox()
     controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
     controller.start()
+    inbox.port = controller.port
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", controller.port
     yield inbox
@@ -349,3 +353,44 @@ def test_rotating_the_secrets_key_re_encrypts_webhook_secrets(settings):
     settings.TOOLROOM_SECRETS_KEYS = [new]
     stored = WebhookEndpoint.objects.get(pk=created.endpoint.pk).secret_encrypted
     assert decrypt_text(stored) == created.secret
+
+
+# --- Through a real worker ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def mail_worker(monkeypatch, smtp_inbox, request):
+    """A real Celery worker process (tests.test_worker_e2e's) whose e-mail goes to `smtp_inbox`."""
+    monkeypatch.setenv("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+    monkeypatch.setenv("EMAIL_HOST", "127.0.0.1")
+    monkeypatch.setenv("EMAIL_PORT", str(smtp_inbox.port))
+    return request.getfixturevalue("worker")
+
+
+def test_a_real_worker_sends_the_email_and_delivers_the_webhook(
+    people, receiver, smtp_inbox, mail_worker
+):
+    from tests.test_worker_e2e import _wait_for
+
+    hook = notifications.webhook_endpoint_create(actor="admin", url=receiver.url)
+    request = _ask(people)  # committed: the tasks go to the broker
+
+    _wait_for(
+        lambda: WebhookDelivery.objects.filter(state=DeliveryState.DELIVERED).exists(),
+        timeout=60,
+        what="the webhook delivery",
+        log=mail_worker["log"],
+    )
+    [(_, headers, body)] = receiver.requests
+    assert _verify(hook.secret, headers, body)
+    assert json.loads(body)["access_request"]["id"] == request.pk
+    _wait_for(
+        lambda: len(smtp_inbox.messages) == 2,
+        timeout=60,
+        what="the two e-mails",
+        log=mail_worker["log"],
+    )
+    assert sorted(m["X-Envelope-To"] for m in smtp_inbox.messages) == [
+        "granter@example.com",
+        "root@example.com",
+    ]
