@@ -96,7 +96,6 @@ def _context(request: HttpRequest, team: Team | None, section: str, **extra: Any
     return {
         "team": team,
         "section": section,
-        "teams": selectors.portal_teams(user=request.user),
         "is_owner": getattr(request, "portal_team_is_owner", False),
         **extra,
     }
