@@ -287,9 +287,12 @@ def webhook_delivery_attempt(*, delivery_id: int, final_attempt: bool) -> str:
     try:
         _check_url(endpoint.url)
         _refuse_internal_peers(endpoint.url)
-        with httpx.Client(timeout=WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False) as client:
-            answer = client.post(endpoint.url, content=body, headers=headers)
-        status = answer.status_code
+        with (
+            httpx.Client(timeout=WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False) as client,
+            # Only the status matters: the receiver's body is never read (it could be huge).
+            client.stream("POST", endpoint.url, content=body, headers=headers) as answer,
+        ):
+            status = answer.status_code
     except (ApplicationError, UnsafeUrlError) as exc:
         _record(delivery_id, attempts=attempts, state=DeliveryState.FAILED, last_error=str(exc))
         return DeliveryState.FAILED
