@@ -131,6 +131,9 @@ INSTALLED_APPS = [
     "workers",
     "registry.teams",
     "registry.catalogue",
+    "mozilla_django_oidc",
+    "registry.portal",
+    "registry.notifications",
 ]
 
 MIDDLEWARE = [
@@ -287,7 +290,53 @@ AUTH_PASSWORD_VALIDATORS = [
 if PROFILE == "test":
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-LOGIN_URL = "admin:login"
+# People who are not staff sign in to the team portal; staff keep the admin's own sign-in.
+LOGIN_URL = "portal:sign-in"
+LOGIN_REDIRECT_URL = "portal:home"
+LOGOUT_REDIRECT_URL = "portal:sign-in"
+
+# --- Single sign-on (OpenID Connect, mozilla-django-oidc) --------------------------------------
+
+# Set OIDC_RP_CLIENT_ID to turn single sign-on on; the provider's endpoints are then required.
+OIDC_RP_CLIENT_ID: str = env.str("OIDC_RP_CLIENT_ID", default="")
+if OIDC_RP_CLIENT_ID:
+    OIDC_RP_CLIENT_SECRET: str = env.str("OIDC_RP_CLIENT_SECRET", default="")
+    OIDC_OP_AUTHORIZATION_ENDPOINT: str = env.str("OIDC_OP_AUTHORIZATION_ENDPOINT")
+    OIDC_OP_TOKEN_ENDPOINT: str = env.str("OIDC_OP_TOKEN_ENDPOINT")
+    OIDC_OP_USER_ENDPOINT: str = env.str("OIDC_OP_USER_ENDPOINT")
+    OIDC_OP_JWKS_ENDPOINT: str = env.str("OIDC_OP_JWKS_ENDPOINT")
+    AUTHENTICATION_BACKENDS.insert(1, "registry.portal.oidc.PortalOidcBackend")
+OIDC_RP_SIGN_ALGO: str = env.str("OIDC_RP_SIGN_ALGO", default="RS256")
+OIDC_RP_SCOPES: str = env.str("OIDC_RP_SCOPES", default="openid email profile")
+OIDC_USE_PKCE = True
+OIDC_REDIRECT_REQUIRE_HTTPS = IS_PRODUCTION
+# A path, not a URL name: mozilla-django-oidc redirects to it as it is.
+LOGIN_REDIRECT_URL_FAILURE = "/portal/sign-in/?sso=failed"
+# The claim naming the person's teams ("" = memberships are managed in Toolroom only), the prefix
+# its values carry before a team's slug, and the suffix that makes the person an owner.
+TOOLROOM_OIDC_TEAMS_CLAIM: str = env.str("TOOLROOM_OIDC_TEAMS_CLAIM", default="")
+TOOLROOM_OIDC_TEAM_PREFIX: str = env.str("TOOLROOM_OIDC_TEAM_PREFIX", default="")
+TOOLROOM_OIDC_OWNER_SUFFIX: str = env.str("TOOLROOM_OIDC_OWNER_SUFFIX", default=":owner")
+# The sign-in button's wording: "Sign in with <this>".
+TOOLROOM_OIDC_LABEL: str = env.str("TOOLROOM_OIDC_LABEL", default="single sign-on")
+
+# --- E-mail (access request notifications) -----------------------------------------------------
+
+# Production sends through SMTP (EMAIL_HOST...); the quickstart and tests print to the console.
+EMAIL_BACKEND: str = env.str(
+    "EMAIL_BACKEND",
+    default="django.core.mail.backends.smtp.EmailBackend"
+    if IS_PRODUCTION
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_HOST: str = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT: int = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER: str = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD: str = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS: bool = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL: bool = env.bool("EMAIL_USE_SSL", default=False)
+EMAIL_TIMEOUT: int = env.int("EMAIL_TIMEOUT", default=20)
+DEFAULT_FROM_EMAIL: str = env.str("DEFAULT_FROM_EMAIL", default="toolroom@localhost")
 
 # Sign-in lockout (django-axes): after this many failures for one user name from one client
 # address, that pair is refused for the cool-off time; a successful sign-in resets the count.

@@ -1,16 +1,21 @@
-"""Toolroom's URL map: the admin (the vetting workplace), the API and its schema."""
+"""Toolroom's URL map: the admin (the vetting workplace), the team portal, the API, its schema."""
 
 from django.contrib import admin
 from django.urls import include, path
-from django.views.generic import RedirectView
+
+from registry.portal.urls import oidc_urlpatterns
+from registry.portal.views import landing
 
 admin.site.site_header = "Toolroom"
 admin.site.site_title = "Toolroom"
 admin.site.index_title = "Registry administration"
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="admin:index", permanent=False)),
+    # Staff land in the admin, everyone else in the team portal.
+    path("", landing, name="landing"),
     path("admin/", admin.site.urls),
+    path("portal/", include("registry.portal.urls")),
+    *oidc_urlpatterns,
     path("", include("registry.api.urls")),
 ]
 

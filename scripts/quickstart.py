@@ -328,6 +328,7 @@ def main() -> int:
     _manage(env, "quickstart_admin", "--url", f"http://127.0.0.1:{port}/admin/")
     token = _manage(env, "load_demo_teams", capture=True).strip()
     base = f"http://127.0.0.1:{port}"
+    _manage(env, "quickstart_member", "--url", f"{base}/portal/")
     token_file = _shown(Path(env.get("TOOLROOM_DATA_DIR") or ROOT / "var") / "demo-agent-token")
     print(
         f"The demo agent's token (team 'demo', role 'operations'; kept in {token_file}):\n"

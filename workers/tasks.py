@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 from django.db import OperationalError
 from django.utils import timezone
 
 from registry.core import task_queue
+from registry.notifications.services import (
+    WEBHOOK_MAX_RETRIES,
+    WebhookRetryableError,
+    access_request_email_send,
+    webhook_delivery_attempt,
+)
 from registry.servers.discovery import discovery_request
 from registry.servers.health import (
     health_claim_due,
@@ -136,3 +143,32 @@ def sandbox_images_prune_task() -> int:
         describe_bytes(report.bytes_freed),
     )
     return report.bytes_freed
+
+
+# SMTP refusals and dropped connections are worth retrying; Django raises them as OSError
+# subclasses (smtplib.SMTPException included).
+@app.task(
+    name=task_queue.ACCESS_REQUEST_EMAIL,
+    autoretry_for=(OSError, *RETRYABLE),
+    retry_backoff=30,
+    retry_backoff_max=3600,
+    retry_jitter=True,
+    max_retries=6,
+)
+def access_request_email(request_id: int, event: str) -> int:
+    return access_request_email_send(request_id=request_id, event=event)
+
+
+@app.task(
+    bind=True,
+    name=task_queue.WEBHOOK_DELIVER,
+    autoretry_for=(WebhookRetryableError, *RETRYABLE),
+    retry_backoff=15,
+    retry_backoff_max=3600,
+    retry_jitter=True,
+    max_retries=WEBHOOK_MAX_RETRIES,
+)
+def webhook_deliver(self: Any, delivery_id: int) -> str:
+    """One attempt at a webhook delivery; the last allowed attempt records the failure."""
+    final = self.request.retries >= WEBHOOK_MAX_RETRIES
+    return webhook_delivery_attempt(delivery_id=delivery_id, final_attempt=final)

@@ -22,6 +22,8 @@ RUNTIME_RECONCILE = "toolroom.runtime_reconcile"
 RUNTIME_COMMAND = "toolroom.runtime_command"
 RUNTIME_PROBE_BATCH = "toolroom.runtime_probe_batch"
 SANDBOX_IMAGES_PRUNE = "toolroom.sandbox_images_prune"
+ACCESS_REQUEST_EMAIL = "toolroom.access_request_email"
+WEBHOOK_DELIVER = "toolroom.webhook_deliver"
 
 # Queues: general work, and the queue every runtime worker consumes (it also has a queue of its
 # own, reached through Celery's worker-direct exchange, for the servers it holds warm).

@@ -14,12 +14,14 @@ from django.db import transaction
 
 from registry.audit.services import audit_record
 from registry.core.secret_fields import EncryptedJSONField
+from registry.notifications.services import webhook_secrets_reencrypt
 from registry.servers.models import McpServer
 
 
 class Command(BaseCommand):
     help = (
-        "Re-encrypt every stored secret (servers' env and headers) with the first key of "
+        "Re-encrypt every stored secret (servers' env and headers, webhook signing secrets) with "
+        "the first key of "
         "TOOLROOM_SECRETS_KEY, so older keys can then be removed."
     )
 
@@ -43,6 +45,7 @@ class Command(BaseCommand):
                     # Reading decrypts with whichever key fits; saving encrypts with the first.
                     server.save(update_fields=fields)
                     rewritten += 1
+        webhooks = webhook_secrets_reencrypt()
         first = McpServer.objects.order_by("pk").first()
         if first is not None:
             audit_record(
@@ -50,9 +53,10 @@ class Command(BaseCommand):
                 action="secrets.rotated",
                 target=first,
                 summary=f"Re-encrypted the secrets of {rewritten} server(s) with the first key.",
-                details={"servers": rewritten, "fields": fields},
+                details={"servers": rewritten, "fields": fields, "webhooks": webhooks},
             )
         self.stdout.write(
-            f"Re-encrypted {', '.join(fields)} of {rewritten} server(s) with the first key. "
+            f"Re-encrypted {', '.join(fields)} of {rewritten} server(s) and the signing secrets "
+            f"of {webhooks} webhook(s) with the first key. "
             "Older keys can now be removed from TOOLROOM_SECRETS_KEY."
         )

@@ -1,0 +1,97 @@
+"""Webhook endpoints and their deliveries in the admin. Endpoints are added through
+`webhook_endpoint_create` (network guard, generated secret shown once, audit); deliveries are
+read-only: the workers write them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+
+from registry.core.errors import ApplicationError
+from registry.notifications import services
+from registry.notifications.models import WebhookDelivery, WebhookEndpoint
+
+
+class WebhookEndpointForm(forms.ModelForm):  # type: ignore[type-arg]
+    url = forms.URLField(max_length=500, assume_scheme="https", label="URL")
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = ["team", "url", "description"]
+
+    def clean_url(self) -> str:
+        try:
+            return services._check_url(self.cleaned_data["url"])
+        except ApplicationError as exc:
+            raise forms.ValidationError(exc.message) from exc
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = WebhookEndpointForm
+    list_display = ["url", "team", "is_active", "description", "created_by_label", "created_at"]
+    list_filter = ["is_active", "team"]
+    list_select_related = ["team"]
+    actions = ["deactivate_selected"]
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: WebhookEndpoint | None = None
+    ) -> bool:
+        return obj is None and super().has_change_permission(request, obj)
+
+    def save_model(
+        self, request: HttpRequest, obj: WebhookEndpoint, form: Any, change: bool
+    ) -> None:
+        created = services.webhook_endpoint_create(
+            actor=request.user, url=obj.url, team=obj.team, description=obj.description
+        )
+        obj.pk = created.endpoint.pk
+        request._toolroom_webhook_secret = created.secret  # type: ignore[attr-defined]
+
+    def response_add(
+        self, request: HttpRequest, obj: WebhookEndpoint, post_url_continue: Any = None
+    ) -> HttpResponse:
+        secret = getattr(request, "_toolroom_webhook_secret", None)
+        if secret is None:
+            return HttpResponseRedirect(request.path)
+        # Shown on this page only: never in a message (cookie or session) or a log.
+        return TemplateResponse(
+            request,
+            "admin/notifications/webhookendpoint/created.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": "Webhook added",
+                "endpoint": WebhookEndpoint.objects.select_related("team").get(pk=obj.pk),
+                "secret": secret,
+            },
+        )
+
+    @admin.action(description="Turn off the selected webhooks", permissions=["change"])
+    def deactivate_selected(
+        self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]
+    ) -> None:
+        for endpoint in queryset:
+            services.webhook_endpoint_deactivate(actor=request.user, endpoint=endpoint)
+        messages.success(request, f"Turned off {queryset.count()} webhook(s).")
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["event", "endpoint", "state", "attempts", "last_status_code", "created_at"]
+    list_filter = ["state", "event"]
+    list_select_related = ["endpoint"]
+    readonly_fields = [f.name for f in WebhookDelivery._meta.get_fields() if f.concrete]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: WebhookDelivery | None = None
+    ) -> bool:
+        return False
