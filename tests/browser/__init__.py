@@ -1,0 +1,1 @@
+"""Browser tests: a real Chromium driven by Playwright against a live Toolroom."""
