@@ -50,7 +50,10 @@ def test_an_approval_of_a_definition_that_changed_meanwhile_is_refused(client, b
 
     tool.refresh_from_db()
     assert not tool.is_approved
-    assert "changed while you were reviewing" in str(list(response.wsgi_request._messages))
+    # Refused on the page itself, which now shows the new definition for another look.
+    form = response.context["approval_form"]
+    assert "changed while you were reviewing" in str(form.non_field_errors())
+    assert form["expected_hash"].value() == tool.definition_hash
 
 
 def test_a_tool_with_findings_needs_the_findings_acknowledged(client, bob):

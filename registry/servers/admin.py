@@ -6,10 +6,12 @@ management commands do; the admin only gathers input and shows results.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -50,7 +52,11 @@ from registry.servers.models import (
     ToolApproval,
 )
 from registry.servers.policy import TIER_POLICIES, allowed_network_modes, tier_policy
-from registry.servers.selectors import server_list_with_tool_counts, tool_definition_diff
+from registry.servers.selectors import (
+    server_list_with_tool_counts,
+    tool_definition_diff,
+    tool_review_state,
+)
 
 TOOLS_SHOWN_ON_SERVER_PAGE = 200
 
@@ -682,31 +688,46 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        tool = self.get_object(request, object_id)
+        tool = self.get_object(request, unquote(object_id))
         context = dict(extra_context or {})
         if tool is not None:
-            can_approve = request.user.has_perm("servers.approve_tool")
-            context.update(
-                {
-                    "tool": tool,
-                    "definition_json": pretty_json(tool.definition),
-                    "definition_diff": tool_definition_diff(tool=tool),
-                    "approvals": list(ToolApproval.objects.filter(tool=tool)[:50]),
-                    "can_approve": can_approve and not tool.is_approved and tool.removed_at is None,
-                    "can_revoke": can_approve and tool.approval_state == ApprovalState.APPROVED,
-                    "approval_form": ToolApprovalForm(
-                        initial={"expected_hash": tool.definition_hash}
-                    ),
-                    "revoke_form": ToolRevokeForm(),
-                    "permission_form": PermissionClassForm(
-                        initial={"permission_class": tool.permission_class_override}
-                    ),
-                    "audit_events": list(
-                        AuditEvent.objects.filter(target_type="tool", target_id=str(tool.pk))[:50]
-                    ),
-                }
-            )
+            context = {**self._tool_page_context(request, tool), **context}
         return super().change_view(request, object_id, form_url, context)
+
+    def _tool_page_context(self, request: HttpRequest, tool: Tool) -> dict[str, Any]:
+        can_approve = request.user.has_perm("servers.approve_tool")
+        return {
+            "tool": tool,
+            "tool_state_label": self._state_label(tool),
+            "definition_json": pretty_json(tool.definition),
+            "definition_diff": tool_definition_diff(tool=tool),
+            "approvals": list(ToolApproval.objects.filter(tool=tool)[:50]),
+            "can_approve": can_approve and not tool.is_approved and tool.removed_at is None,
+            "can_revoke": can_approve and tool.approval_state == ApprovalState.APPROVED,
+            "approval_form": ToolApprovalForm(initial={"expected_hash": tool.definition_hash}),
+            "revoke_form": ToolRevokeForm(),
+            "permission_form": PermissionClassForm(
+                initial={"permission_class": tool.permission_class_override}
+            ),
+            "audit_events": list(
+                AuditEvent.objects.filter(target_type="tool", target_id=str(tool.pk))[:50]
+            ),
+        }
+
+    @staticmethod
+    def _state_label(tool: Tool) -> str:
+        if tool.is_approved:
+            return f"Approved at definition {tool.approved_definition_hash[:12]}"
+        return tool_review_state(tool=tool).label
+
+    def _tool_page_refused(self, request: HttpRequest, tool: Tool, **forms: Any) -> HttpResponse:
+        """The tool page again, with the refused decision's form showing its error and input.
+
+        Rendered as the page's GET: the change form itself is read-only and refuses a POST.
+        """
+        page_request = copy.copy(request)
+        page_request.method = "GET"
+        return self.change_view(page_request, str(tool.pk), extra_context=forms)
 
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
@@ -740,37 +761,48 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def approve_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         tool = self._tool_for_decision(request, object_id)
         form = ToolApprovalForm(request.POST)
-        if not form.is_valid():
-            self.message_user(request, "The approval form was incomplete.", messages.ERROR)
-            return self._back(tool)
-        try:
-            services.tool_approve(
-                actor=request.user,
-                tool=tool,
-                note=form.cleaned_data["note"],
-                acknowledge_findings=form.cleaned_data["acknowledge_findings"],
-                expected_hash=form.cleaned_data["expected_hash"],
-            )
-        except ApplicationError as exc:
-            self.message_user(request, exc.message, messages.ERROR)
-        else:
-            self.message_user(
-                request, f"Approved {tool} at its current definition.", messages.SUCCESS
-            )
-        return self._back(tool)
+        if form.is_valid():
+            try:
+                services.tool_approve(
+                    actor=request.user,
+                    tool=tool,
+                    note=form.cleaned_data["note"],
+                    acknowledge_findings=form.cleaned_data["acknowledge_findings"],
+                    expected_hash=form.cleaned_data["expected_hash"],
+                )
+            except ApplicationError as exc:
+                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            else:
+                self.message_user(
+                    request, f"Approved {tool} at its current definition.", messages.SUCCESS
+                )
+                return self._back(tool)
+        tool.refresh_from_db()
+        # The page shows the definition as it is now: approving again approves that one.
+        data = request.POST.copy()
+        data["expected_hash"] = tool.definition_hash
+        refused = ToolApprovalForm(data)
+        refused.is_valid()
+        for field_name, errors in form.errors.items():
+            for error in errors:
+                refused.add_error(field_name if field_name in refused.fields else None, error)
+        return self._tool_page_refused(request, tool, approval_form=refused)
 
     def revoke_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         tool = self._tool_for_decision(request, object_id)
         form = ToolRevokeForm(request.POST)
-        try:
-            if not form.is_valid():
-                raise ApplicationError("Give a reason for revoking the approval.")
-            services.tool_revoke(actor=request.user, tool=tool, reason=form.cleaned_data["reason"])
-        except ApplicationError as exc:
-            self.message_user(request, exc.message, messages.ERROR)
-        else:
-            self.message_user(request, f"Revoked the approval of {tool}.", messages.SUCCESS)
-        return self._back(tool)
+        if form.is_valid():
+            try:
+                services.tool_revoke(
+                    actor=request.user, tool=tool, reason=form.cleaned_data["reason"]
+                )
+            except ApplicationError as exc:
+                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            else:
+                self.message_user(request, f"Revoked the approval of {tool}.", messages.SUCCESS)
+                return self._back(tool)
+        tool.refresh_from_db()
+        return self._tool_page_refused(request, tool, revoke_form=form)
 
     def permission_class_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         tool = self._tool_for_decision(request, object_id)

@@ -159,7 +159,10 @@ class ToolApprovalForm(forms.Form):
 
 
 class ToolRevokeForm(forms.Form):
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+        error_messages={"required": "Give a reason for revoking the approval."},
+    )
 
 
 class PermissionClassForm(forms.Form):
