@@ -53,9 +53,13 @@ from registry.servers.models import (
 )
 from registry.servers.policy import TIER_POLICIES, allowed_network_modes, tier_policy
 from registry.servers.selectors import (
+    TOOL_REVIEW_STATES,
+    ToolReviewState,
     server_list_with_tool_counts,
     tool_definition_diff,
+    tool_review_filter,
     tool_review_state,
+    tools_with_review_history,
 )
 
 TOOLS_SHOWN_ON_SERVER_PAGE = 200
@@ -76,6 +80,27 @@ _BADGE_COLOURS = {
     ApprovalState.CHANGED: "#b42318",
     ApprovalState.REVOKED: "#555",
 }
+
+
+_REVIEW_COLOURS = {
+    "new": "#b26b00",
+    "flagged": "#b42318",
+    "changed": "#b42318",
+    "revoked": "#555",
+    "approved": "#1a7f37",
+    "removed": "#777",
+}
+
+
+def review_badge(state: ToolReviewState) -> SafeString:
+    """A tool's review state as a coloured badge (the colour by state, the words say the rest)."""
+    return format_html(
+        '<span class="review-badge review-{}" style="color:#fff;background:{};padding:1px 6px;'
+        'border-radius:8px">{}</span>',
+        state.key,
+        _REVIEW_COLOURS.get(state.key, "#555"),
+        state.label,
+    )
 
 
 def badge(value: str, label: str) -> SafeString:
@@ -305,13 +330,9 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not count:
             return 0
         url = reverse("admin:servers_tool_changelist")
+        # Exactly the tools counted: offered and not approved at their current definition.
         return format_html(
-            '<a href="{}?server__id__exact={}&amp;removed=present&amp;approval_state__exact={}">'
-            "{}</a>",
-            url,
-            obj.pk,
-            ApprovalState.UNAPPROVED,
-            count,
+            '<a href="{}?server__id__exact={}&amp;review=awaiting">{}</a>', url, obj.pk, count
         )
 
     @admin.display(description="What the tier allows")
@@ -471,29 +492,41 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """Ask for the reason or note, then apply the decision to each server via the service."""
         label = dict(SERVER_DECISIONS)[action]
         servers = list(queryset)
+        # One by one, the form asks for what this server's tier needs; in bulk the service
+        # applies each server's rules and reports the ones it refused.
+        note_required = (
+            not bulk
+            and action == "approve"
+            and any(tier_policy(server.trust_tier).approval_note_required for server in servers)
+        )
         if request.method == "POST" and "confirm" in request.POST:
-            form = ReviewDecisionForm(request.POST)
+            form = ReviewDecisionForm(request.POST, action=action, note_required=note_required)
             if form.is_valid():
-                reason = form.cleaned_data["reason"]
-                done = 0
+                reason = form.text()
+                done: list[McpServer] = []
                 for server in servers:
                     try:
-                        _DECISION_SERVICES[action](request.user, server, reason)
+                        done.append(_DECISION_SERVICES[action](request.user, server, reason))
                     except ApplicationError as exc:
-                        self.message_user(request, exc.message, messages.ERROR)
-                    else:
-                        done += 1
+                        if not bulk:
+                            field = exc.field if exc.field in form.fields else None
+                            form.add_error(field, exc.message)
+                        else:
+                            self.message_user(request, exc.message, messages.ERROR)
                 if done:
                     self.message_user(
-                        request, f"{label}: done for {done} server(s).", messages.SUCCESS
+                        request, f"{label}: done for {len(done)} server(s).", messages.SUCCESS
                     )
-                if not bulk:
+                    if action == "approve":
+                        self._tell_waiting_tools(request, done)
+                if not bulk and done:
                     return HttpResponseRedirect(
                         reverse("admin:servers_mcpserver_change", args=[servers[0].pk])
                     )
-                return HttpResponseRedirect(reverse("admin:servers_mcpserver_changelist"))
+                if bulk:
+                    return HttpResponseRedirect(reverse("admin:servers_mcpserver_changelist"))
         else:
-            form = ReviewDecisionForm()
+            form = ReviewDecisionForm(action=action, note_required=note_required)
         context = {
             **self.admin_site.each_context(request),
             "title": f"{label}: {', '.join(s.name for s in servers[:5])}"
@@ -508,6 +541,26 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "selected_ids": [s.pk for s in servers],
         }
         return TemplateResponse(request, "admin/servers/review_decision.html", context)
+
+    def _tell_waiting_tools(self, request: HttpRequest, servers: list[McpServer]) -> None:
+        """After a server is approved, its tools still need their own approval: say how many."""
+        for server in servers:
+            waiting = Tool.objects.filter(tool_review_filter("awaiting"), server=server).count()
+            if not waiting:
+                continue
+            url = reverse("admin:servers_tool_changelist")
+            self.message_user(
+                request,
+                format_html(
+                    '{} tool(s) of {} still wait for approval: <a href="{}?server__id__exact={}'
+                    '&amp;review=awaiting">review them</a>.',
+                    waiting,
+                    server.name,
+                    url,
+                    server.pk,
+                ),
+                messages.WARNING,
+            )
 
     @admin.action(description="Discover now", permissions=["change"])
     def discover_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
@@ -597,6 +650,22 @@ class RemovedFilter(admin.SimpleListFilter):
         return queryset
 
 
+class ReviewStateFilter(admin.SimpleListFilter):
+    """Where tools stand in review; the review queue's counts link to exactly these rows."""
+
+    title = "review"
+    parameter_name = "review"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("awaiting", "Awaiting approval (any)"), *TOOL_REVIEW_STATES.items()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value in TOOL_REVIEW_STATES or value == "awaiting":
+            return queryset.filter(tool_review_filter(value))
+        return queryset
+
+
 class FindingsFilter(admin.SimpleListFilter):
     title = "scanner findings"
     parameter_name = "findings"
@@ -626,6 +695,7 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "offered",
     ]
     list_filter = [
+        ReviewStateFilter,
         "approval_state",
         "permission_class",
         RemovedFilter,
@@ -660,12 +730,12 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_change_permission(self, request: HttpRequest, obj: Tool | None = None) -> bool:
         return False  # decisions have their own forms below
 
-    @admin.display(description="Approval", ordering="approval_state")
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Tool]:
+        return tools_with_review_history(super().get_queryset(request))
+
+    @admin.display(description="Review", ordering="approval_state")
     def approval_badge(self, obj: Tool) -> SafeString:
-        state = obj.approval_state
-        if state == ApprovalState.APPROVED and not obj.is_approved:
-            state = ApprovalState.CHANGED
-        return badge(state, ApprovalState(state).label)
+        return review_badge(tool_review_state(tool=obj))
 
     @admin.display(description="Findings")
     def findings_count(self, obj: Tool) -> SafeString | int:

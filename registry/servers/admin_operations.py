@@ -8,7 +8,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -31,6 +31,7 @@ from registry.servers.models import (
     Tool,
 )
 from registry.servers.runtime import runtime_live_owner, runtime_request
+from registry.servers.selectors import tool_review_filter
 
 OPERATIONS = {
     "discover": "Discover now",
@@ -152,16 +153,11 @@ def fleet_status_view(
     failed_discoveries = DiscoveryRun.objects.filter(
         status=DiscoveryStatus.FAILED, finished_at__gte=day_ago
     ).select_related("server")[:15]
-    awaiting = (
-        Tool.objects.filter(
-            removed_at__isnull=True,
-            server__review_status__in=[ReviewStatus.APPROVED, ReviewStatus.PENDING_REVIEW],
-        )
-        .exclude(
-            approval_state=ApprovalState.APPROVED, approved_definition_hash=F("definition_hash")
-        )
-        .count()
-    )
+    # The same rows as the list it links to (review=awaiting, of approved or pending servers).
+    awaiting = Tool.objects.filter(
+        tool_review_filter("awaiting"),
+        server__review_status__in=[ReviewStatus.APPROVED, ReviewStatus.PENDING_REVIEW],
+    ).count()
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Fleet status",
