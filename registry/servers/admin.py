@@ -158,6 +158,21 @@ class HealthFilter(admin.SimpleListFilter):
         return queryset
 
 
+class DiscoveryFilter(admin.SimpleListFilter):
+    title = "last discovery"
+    parameter_name = "discovery"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("failed", "Failed"), ("never", "Never ran")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "failed":
+            return queryset.filter(status__isnull=False).exclude(status__last_discovery_error="")
+        if self.value() == "never":
+            return queryset.filter(status__last_discovered_at__isnull=True)
+        return queryset
+
+
 # (action, label, whether a reason/note is asked for)
 SERVER_DECISIONS: list[tuple[str, str]] = [
     ("submit", "Submit for review"),
@@ -206,6 +221,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "isolation",
         "transport",
         HealthFilter,
+        DiscoveryFilter,
         "category",
         "data_sensitivity",
     ]
