@@ -13,7 +13,9 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.core.paginator import Paginator
+from django.db.models import F, QuerySet
+from django.db.models.functions import Lower
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -62,7 +64,7 @@ from registry.servers.selectors import (
     tools_with_review_history,
 )
 
-TOOLS_SHOWN_ON_SERVER_PAGE = 200
+TOOLS_SHOWN_ON_SERVER_PAGE = 50  # per page of the server page's tools
 
 _BADGE_COLOURS = {
     ReviewStatus.DRAFT: "#777",
@@ -430,11 +432,27 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return super().change_view(request, object_id, form_url, context)
 
     def _server_page_context(self, request: HttpRequest, server: McpServer) -> dict[str, Any]:
-        tools = list(
-            Tool.objects.filter(server=server).order_by("removed_at", "name")[
-                :TOOLS_SHOWN_ON_SERVER_PAGE
-            ]
+        # Tools still offered first, by name regardless of case; one page at a time.
+        server_tools = tools_with_review_history(Tool.objects.filter(server=server)).order_by(
+            F("removed_at").asc(nulls_first=True), Lower("name"), "pk"
         )
+        tools_page = Paginator(server_tools, TOOLS_SHOWN_ON_SERVER_PAGE).get_page(
+            request.GET.get("tools_page")
+        )
+        can_approve = request.user.has_perm("servers.approve_tool")
+        tool_rows = []
+        for tool in tools_page.object_list:
+            state = tool_review_state(tool=tool)
+            tool_rows.append(
+                {
+                    "tool": tool,
+                    "badge": review_badge(state),
+                    "approvable": can_approve and state.key not in ("approved", "removed"),
+                    "has_diff": tool.removed_at is None
+                    and not tool.is_approved
+                    and tool.approval_state in (ApprovalState.CHANGED, ApprovalState.APPROVED),
+                }
+            )
         status = ServerStatus.objects.filter(server=server).first()
         can_review = request.user.has_perm("servers.review_mcpserver")
         decisions = [
@@ -444,9 +462,13 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         ]
         return {
             "server_status": status,
-            "server_tools": tools,
-            "server_tools_count": Tool.objects.filter(server=server).count(),
-            "server_tools_limit": TOOLS_SHOWN_ON_SERVER_PAGE,
+            "server_tool_rows": tool_rows,
+            "server_tools_page": tools_page,
+            "server_tools_count": tools_page.paginator.count,
+            "server_tools_waiting": Tool.objects.filter(
+                tool_review_filter("awaiting"), server=server
+            ).count(),
+            "can_approve_tools": can_approve,
             "server_resources": list(server.resources.all()[:200]),
             "server_prompts": list(server.prompts.all()[:200]),
             "server_audit_events": list(audit_events_for_server(server_id=server.pk)),
@@ -478,12 +500,75 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 name="{}_{}_operate".format(*info),
             ),
             path(
+                "<path:object_id>/approve-tools/",
+                self.admin_site.admin_view(self.approve_tools_view),
+                name="{}_{}_approve_tools".format(*info),
+            ),
+            path(
                 "fleet/",
                 self.admin_site.admin_view(self.fleet_view),
                 name="{}_{}_fleet".format(*info),
             ),
         ]
         return custom + super().get_urls()
+
+    def approve_tools_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Approve the tools ticked on the server page, each at the definition the page showed.
+
+        Flagged tools need their own acknowledgement box ticked. More than one tool asks for a
+        confirmation first; the note is recorded with every approval.
+        """
+        if request.method != "POST" or not request.user.has_perm("servers.approve_tool"):
+            raise PermissionDenied
+        server = get_object_or_404(McpServer, pk=object_id)
+        back = reverse("admin:servers_mcpserver_change", args=[server.pk])
+        selected = [int(pk) for pk in request.POST.getlist("tool") if pk.isdigit()]
+        tools = list(
+            Tool.objects.filter(server=server, pk__in=selected).order_by(Lower("name"), "pk")
+        )
+        if not tools:
+            self.message_user(request, "Tick the tools to approve first.", messages.WARNING)
+            return HttpResponseRedirect(back + "#server-tools")
+        acknowledged = {int(pk) for pk in request.POST.getlist("acknowledge") if pk.isdigit()}
+        note = request.POST.get("note", "").strip()
+        if len(tools) > 1 and "confirm" not in request.POST:
+            return TemplateResponse(
+                request,
+                "admin/servers/tools_approve_confirm.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": f"Approve {len(tools)} tools of {server.name}",
+                    "opts": self.opts,
+                    "server": server,
+                    "rows": [
+                        {
+                            "tool": tool,
+                            "hash": request.POST.get(f"hash_{tool.pk}", ""),
+                            "acknowledged": tool.pk in acknowledged,
+                        }
+                        for tool in tools
+                    ],
+                    "note": note,
+                },
+            )
+        approved = 0
+        for tool in tools:
+            try:
+                services.tool_approve(
+                    actor=request.user,
+                    tool=tool,
+                    note=note,
+                    acknowledge_findings=tool.pk in acknowledged,
+                    # The definition the page showed; none shown is never "the current one".
+                    expected_hash=request.POST.get(f"hash_{tool.pk}", ""),
+                )
+            except ApplicationError as exc:
+                self.message_user(request, f"Not approved: {exc.message}", messages.WARNING)
+            else:
+                approved += 1
+        if approved:
+            self.message_user(request, f"Approved {approved} tool(s).", messages.SUCCESS)
+        return HttpResponseRedirect(back + "#server-tools")
 
     def operate_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         return operate_view(self, request, object_id, operation)
