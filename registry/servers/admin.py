@@ -1000,16 +1000,40 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(
         description="Approve selected tools at their current definitions", permissions=["approve"]
     )
-    def approve_selected(self, request: HttpRequest, queryset: QuerySet[Tool]) -> None:
+    def approve_selected(self, request: HttpRequest, queryset: QuerySet[Tool]) -> Any:
+        """Confirm first (the tools, their hashes, a note), then approve each at the hash shown."""
         if not request.user.has_perm("servers.approve_tool"):
             raise PermissionDenied
-        result = services.tools_approve_bulk(actor=request.user, tools=queryset)
-        if result.approved:
-            self.message_user(
-                request, f"Approved {len(result.approved)} tool(s).", messages.SUCCESS
+        tools = list(queryset.select_related("server").order_by(Lower("name"), "pk"))
+        if "confirm" in request.POST:
+            shown = {
+                tool.pk: request.POST.get(f"hash_{tool.pk}", "")
+                for tool in tools
+                if f"hash_{tool.pk}" in request.POST
+            }
+            result = services.tools_approve_bulk(
+                actor=request.user,
+                tools=tools,
+                note=request.POST.get("note", "").strip(),
+                expected_hashes=shown,
             )
-        for tool, reason in result.skipped:
-            self.message_user(request, f"Not approved: {tool}: {reason}", messages.WARNING)
+            if result.approved:
+                self.message_user(
+                    request, f"Approved {len(result.approved)} tool(s).", messages.SUCCESS
+                )
+            for tool, reason in result.skipped:
+                self.message_user(request, f"Not approved: {tool}: {reason}", messages.WARNING)
+            return None
+        return TemplateResponse(
+            request,
+            "admin/servers/tools_bulk_approve.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": f"Approve {len(tools)} tool(s)",
+                "opts": self.opts,
+                "tools": tools,
+            },
+        )
 
     @admin.action(description="Revoke the approval of selected tools", permissions=["approve"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Tool]) -> Any:
