@@ -671,11 +671,11 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def check_health_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         operate(request, list(queryset), "check")
 
-    @admin.action(description="Start warm runtimes", permissions=["change"])
+    @admin.action(description="Keep warm (turns auto-start on)", permissions=["change"])
     def start_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         operate(request, list(queryset), "start")
 
-    @admin.action(description="Stop warm runtimes", permissions=["change"])
+    @admin.action(description="Stop keeping warm (turns auto-start off)", permissions=["change"])
     def stop_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         operate(request, list(queryset), "stop")
 

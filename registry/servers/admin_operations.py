@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
@@ -36,10 +37,42 @@ from registry.servers.selectors import tool_review_filter
 OPERATIONS = {
     "discover": "Discover now",
     "check": "Check health now",
-    "start": "Start",
-    "stop": "Stop",
+    # Starting a warm runtime is keeping the server warm: auto-start goes on with it (the
+    # workers' supervisor keeps auto-start servers running), and stopping turns it off. The
+    # labels and the message say so instead of changing the setting silently.
+    "start": "Keep warm",
+    "stop": "Stop keeping warm",
     "restart": "Restart",
 }
+SETTING_CHANGES = {
+    "start": " Auto-start is on now: the workers keep it running, also after they restart.",
+    "stop": " Auto-start is off now.",
+}
+
+
+def health_reason(server: McpServer, status: ServerStatus | None) -> str:
+    """Why a server is degraded or unhealthy, in words (empty when there is nothing to explain).
+
+    The same rules as registry.servers.health: failures below the threshold or a check slower
+    than TOOLROOM_HEALTH_DEGRADED_LATENCY_MS degrade; failures at the threshold open the circuit.
+    """
+    if status is None or status.health not in (Health.DEGRADED, Health.UNHEALTHY):
+        return ""
+    failures = status.consecutive_failures
+    last_error = status.last_error.strip().splitlines()[0][:200] if status.last_error else ""
+    if failures:
+        why = (
+            f"{failures} failed check{'s' if failures != 1 else ''} in a row "
+            f"(unhealthy from {server.health_failure_threshold})"
+        )
+        return f"{why}; last error: {last_error}" if last_error else why
+    threshold = settings.TOOLROOM_HEALTH_DEGRADED_LATENCY_MS
+    if status.latency_ms is not None and status.latency_ms > threshold:
+        return (
+            f"slow: the last check took {status.latency_ms:.0f} ms, "
+            f"over the {threshold:.0f} ms threshold"
+        )
+    return f"last error: {last_error}" if last_error else ""
 
 
 def operate(request: HttpRequest, servers: list[McpServer], operation: str) -> None:
@@ -64,7 +97,8 @@ def operate(request: HttpRequest, servers: list[McpServer], operation: str) -> N
         messages.success(
             request,
             f"{OPERATIONS[operation]}: asked the workers for {done} "
-            "server(s); the page shows the result once they are done.",
+            "server(s); the page shows the result once they are done."
+            + SETTING_CHANGES.get(operation, ""),
         )
 
 
@@ -104,6 +138,7 @@ def server_operations_context(
         "uptime_24h": server_uptime(server_id=server.pk, since=now - timedelta(days=1)),
         "uptime_7d": server_uptime(server_id=server.pk, since=now - timedelta(days=7)),
         "runtime_owner": runtime_live_owner(status) if status else "",
+        "health_reason": health_reason(server, status),
     }
 
 
@@ -111,7 +146,13 @@ def _offender(server: McpServer) -> dict[str, Any]:
     checks: int = getattr(server, "checks", 0)
     failed: int = getattr(server, "failed", 0)
     uptime = round(100 * (checks - failed) / checks, 1) if checks else None
-    return {"server": server, "uptime": uptime, "failed": failed}
+    status = getattr(server, "status", None)
+    return {
+        "server": server,
+        "uptime": uptime,
+        "failed": failed,
+        "why": health_reason(server, status),
+    }
 
 
 def fleet_status_view(
