@@ -20,6 +20,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -98,7 +99,7 @@ def review_badge(state: ToolReviewState) -> SafeString:
     """A tool's review state as a coloured badge (the colour by state, the words say the rest)."""
     return format_html(
         '<span class="review-badge review-{}" style="color:#fff;background:{};padding:1px 6px;'
-        'border-radius:8px">{}</span>',
+        'border-radius:8px;display:inline-block">{}</span>',
         state.key,
         _REVIEW_COLOURS.get(state.key, "#555"),
         state.label,
@@ -785,16 +786,8 @@ class FindingsFilter(admin.SimpleListFilter):
 @admin.register(Tool)
 class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     change_form_template = "admin/servers/tool/change_form.html"
-    list_display = [
-        "name",
-        "server",
-        "permission_class",
-        "approval_badge",
-        "findings_count",
-        "short_hash",
-        "last_seen_at",
-        "offered",
-    ]
+    # What fits a 1366 px screen beside the filters; the hash and dates are on the tool's page.
+    list_display = ["name", "server", "approval_badge", "findings_count", "permission", "seen"]
     list_filter = [
         ReviewStateFilter,
         "approval_state",
@@ -843,6 +836,14 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not obj.findings:
             return 0
         return format_html('<strong style="color:#b42318">{}</strong>', len(obj.findings))
+
+    @admin.display(description="Class", ordering="permission_class")
+    def permission(self, obj: Tool) -> str:
+        return obj.get_permission_class_display()
+
+    @admin.display(description="Last seen", ordering="last_seen_at")
+    def seen(self, obj: Tool) -> str:
+        return obj.last_seen_at.astimezone(timezone.get_current_timezone()).strftime("%Y-%m-%d")
 
     @admin.display(description="Hash")
     def short_hash(self, obj: Tool) -> SafeString:
@@ -1072,11 +1073,24 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["created_at", "actor_label", "action", "target_repr", "server", "summary"]
+    # Short columns, so the summary (what happened, in words) keeps its room at 1366 px.
+    list_display = ["when", "who", "action", "target", "summary"]
     list_filter = ["action", "target_type"]
     search_fields = ["actor_label", "action", "target_repr", "summary"]
     list_select_related = ["server"]
     date_hierarchy = "created_at"
+
+    @admin.display(description="When", ordering="created_at")
+    def when(self, obj: AuditEvent) -> str:
+        return obj.created_at.astimezone(timezone.get_current_timezone()).strftime("%Y-%m-%d %H:%M")
+
+    @admin.display(description="Who", ordering="actor_label")
+    def who(self, obj: AuditEvent) -> str:
+        return obj.actor_label
+
+    @admin.display(description="Target", ordering="target_repr")
+    def target(self, obj: AuditEvent) -> str:
+        return obj.target_repr
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

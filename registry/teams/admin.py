@@ -217,12 +217,16 @@ class RevokeForm(forms.Form):
 @admin.register(Grant)
 class GrantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = GrantAddForm
-    list_display = ["team", "server", "tool", "role", "expires_at", "granted_by_label", "state"]
+    list_display = ["team", "server", "tool", "role", "expires_at", "granted_by", "state"]
     list_filter = ["team", "server", ("revoked_at", admin.EmptyFieldListFilter)]
     list_select_related = ["team", "server", "tool", "role"]
     search_fields = ["team__slug", "server__slug", "tool__name"]
     autocomplete_fields = ["server", "tool"]
     actions = ["revoke_selected"]
+
+    @admin.display(description="Granted by", ordering="granted_by_label")
+    def granted_by(self, obj: Grant) -> str:
+        return obj.granted_by_label
 
     @admin.display(description="State")
     def state(self, obj: Grant) -> str:
@@ -349,11 +353,15 @@ class AccessRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "requested_by",
         "created_at",
         "decided_at",
-        "decided_by_label",
+        "decided_by",
         "decision_reason",
         "grant",
     )
     fields = readonly_fields
+
+    @admin.display(description="Decided by")
+    def decided_by(self, obj: AccessRequest) -> str:
+        return obj.decided_by_label or "-"
 
     @admin.display(description="Waiting for")
     def waiting_for(self, obj: AccessRequest) -> str:
