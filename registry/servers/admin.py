@@ -209,7 +209,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     change_form_template = "admin/servers/mcpserver/change_form.html"
     change_list_template = "admin/servers/mcpserver/change_list.html"
     list_display = [
-        "name",
+        "server_name",
         "category",
         "tier",
         "status_badge",
@@ -320,6 +320,13 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[McpServer]:
         return server_list_with_tool_counts()
+
+    # Django takes expressions here (case-insensitive order); the stubs only know strings.
+    ordering = [Lower("name"), "pk"]  # type: ignore[list-item]
+
+    @admin.display(description="Name", ordering=Lower("name"))
+    def server_name(self, obj: McpServer) -> str:
+        return obj.name
 
     @admin.display(description="Tier", ordering="trust_tier")
     def tier(self, obj: McpServer) -> str:
@@ -787,7 +794,8 @@ class FindingsFilter(admin.SimpleListFilter):
 class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     change_form_template = "admin/servers/tool/change_form.html"
     # What fits a 1366 px screen beside the filters; the hash and dates are on the tool's page.
-    list_display = ["name", "server", "approval_badge", "findings_count", "permission", "seen"]
+    list_display = ["tool_name", "server", "approval_badge", "findings_count", "permission", "seen"]
+    ordering = [Lower("server__name"), Lower("name"), "pk"]  # type: ignore[list-item]
     list_filter = [
         ReviewStateFilter,
         "approval_state",
@@ -836,6 +844,10 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not obj.findings:
             return 0
         return format_html('<strong style="color:#b42318">{}</strong>', len(obj.findings))
+
+    @admin.display(description="Name", ordering=Lower("name"))
+    def tool_name(self, obj: Tool) -> str:
+        return obj.name
 
     @admin.display(description="Class", ordering="permission_class")
     def permission(self, obj: Tool) -> str:

@@ -204,10 +204,16 @@ def _try(request: HttpRequest, call: Any) -> None:
         _run(request, call)
 
 
+def _expiry_picker() -> forms.DateTimeInput:
+    """The browser's own date and time picker for expiries."""
+    return forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
+
+
 class GrantAddForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Grant
         fields = ["team", "server", "tool", "role", "expires_at", "note"]
+        widgets = {"expires_at": _expiry_picker()}
 
 
 class RevokeForm(forms.Form):
@@ -318,7 +324,7 @@ class ApproveRequestForm(forms.Form):
     expires_at = forms.DateTimeField(
         required=False,
         label="Expires at",
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        widget=_expiry_picker(),
         help_text="Shorter than the team wished, if you like (empty: as wished).",
     )
 
@@ -480,6 +486,7 @@ class AgentTokenAddForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = AgentToken
         fields = ["team", "role", "name", "expires_at", "declared_servers"]
+        widgets = {"expires_at": _expiry_picker()}
 
 
 @admin.register(AgentToken)

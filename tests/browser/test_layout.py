@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from registry.servers.models import McpServer, Tool
+from registry.servers import services, tool_sync
+from registry.servers.models import McpServer, ReviewStatus, Tool
 from tests.browser.test_review_queue import _a_busy_registry
+from tests.factories import McpServerFactory, tool_definition
 
 LISTS = [
     "/admin/servers/mcpserver/",
@@ -67,3 +69,21 @@ def test_pages_stay_within_a_390_px_phone(admin_page: Page):
     for url in _pages():
         page.goto(url)
         assert _page_width(page) <= 390, f"{url} is {_page_width(page)} px wide on a phone"
+
+
+def test_lists_sort_names_regardless_of_case_and_counts_link_to_their_rows(admin_page: Page):
+    page = admin_page
+    for name in ("beta", "Alpha", "gamma"):
+        McpServerFactory(name=name, review_status=ReviewStatus.APPROVED)
+    server = McpServer.objects.get(name="beta")
+    tool_sync.server_tools_sync(server=server, tools=[tool_definition(n) for n in ("b", "A", "c")])
+    services.tool_approve(actor="test", tool=Tool.objects.get(server=server, name="c"))
+    tool_sync.server_tools_sync(server=server, tools=[tool_definition(n) for n in ("b", "A")])
+
+    page.goto("/admin/servers/mcpserver/")
+    expect(page.locator("#result_list tbody th")).to_have_text(["Alpha", "beta", "gamma"])
+    row = page.locator("#result_list tbody tr", has_text="beta")
+    awaiting = row.locator("td.field-tools_awaiting a")
+    expect(awaiting).to_have_text("2")  # A and b; c was removed
+    awaiting.click()
+    expect(page.locator("#result_list tbody th")).to_have_text(["A", "b"])
