@@ -814,9 +814,9 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "title",
         "description",
         "definition_hash",
-        "permission_class_derived",
+        "class_from_annotations",
         "permission_class",
-        "approval_state",
+        "review_state",
         "first_seen_at",
         "last_seen_at",
         "removed_at",
@@ -844,6 +844,14 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not obj.findings:
             return 0
         return format_html('<strong style="color:#b42318">{}</strong>', len(obj.findings))
+
+    @admin.display(description="Class from annotations")
+    def class_from_annotations(self, obj: Tool) -> str:
+        return obj.get_permission_class_derived_display()
+
+    @admin.display(description="Review")
+    def review_state(self, obj: Tool) -> SafeString:
+        return review_badge(tool_review_state(tool=obj))
 
     @admin.display(description="Name", ordering=Lower("name"))
     def tool_name(self, obj: Tool) -> str:

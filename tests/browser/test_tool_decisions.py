@@ -131,5 +131,9 @@ def test_a_removed_tool_keeps_what_it_was(admin_page: Page):
     _tool_page(page, tool)
 
     expect(page.locator("#tool-approval-state")).to_have_text("Removed; was changed since approval")
+    expect(page.locator(".field-review_state")).to_contain_text(
+        "Removed; was changed since approval"
+    )
+    expect(page.locator("#content")).not_to_contain_text("Awaiting approval")
     expect(page.get_by_role("button", name="Approve this exact definition")).to_have_count(0)
     assert re.search(r"no longer offers", page.locator("#tool-approval").inner_text())
