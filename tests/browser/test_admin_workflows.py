@@ -234,3 +234,27 @@ def test_the_fleet_page_counts_link_to_exactly_the_rows_counted(admin_page: Page
     expect(rows).to_have_count(2)
     expect(page.locator("#result_list")).not_to_contain_text("Draft one")
     assert Tool.objects.count() == 3
+
+
+def test_an_untrusted_approval_needs_a_note_and_keeps_it_when_refused(admin_page: Page):
+    page = admin_page
+    server = McpServerFactory(
+        name="Untrusted one",
+        trust_tier=TrustTier.UNTRUSTED,
+        isolation="sandbox",
+        review_status=ReviewStatus.PENDING_REVIEW,
+    )
+    page.goto(f"/admin/servers/mcpserver/{server.pk}/decide/approve/")
+    expect(page.locator("#decision-form")).to_contain_text("Required for this tier")
+
+    page.get_by_label("Note").fill("   ")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator("#decision-form .errorlist")).to_contain_text("Say what was reviewed")
+
+    # With a note, the tier still wants a vetting report: refused, and the note stays.
+    page.get_by_label("Note").fill("Read the source on GitHub.")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator("#decision-form .errorlist")).to_contain_text("vetting report")
+    expect(page.get_by_label("Note")).to_have_value("Read the source on GitHub.")
+    server.refresh_from_db()
+    assert server.review_status == ReviewStatus.PENDING_REVIEW
