@@ -508,7 +508,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 name="{}_{}_operate".format(*info),
             ),
             path(
-                "<path:object_id>/approve-tools/",
+                "<int:object_id>/approve-tools/",
                 self.admin_site.admin_view(self.approve_tools_view),
                 name="{}_{}_approve_tools".format(*info),
             ),
@@ -520,7 +520,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         ]
         return custom + super().get_urls()
 
-    def approve_tools_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+    def approve_tools_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
         """Approve the tools ticked on the server page, each at the definition the page showed.
 
         Flagged tools need their own acknowledgement box ticked. More than one tool asks for a
