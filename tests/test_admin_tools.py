@@ -50,7 +50,10 @@ def test_an_approval_of_a_definition_that_changed_meanwhile_is_refused(client, b
 
     tool.refresh_from_db()
     assert not tool.is_approved
-    assert "changed while you were reviewing" in str(list(response.wsgi_request._messages))
+    # Refused on the page itself, which now shows the new definition for another look.
+    form = response.context["approval_form"]
+    assert "changed while you were reviewing" in str(form.non_field_errors())
+    assert form["expected_hash"].value() == tool.definition_hash
 
 
 def test_a_tool_with_findings_needs_the_findings_acknowledged(client, bob):
@@ -67,22 +70,56 @@ def test_a_tool_with_findings_needs_the_findings_acknowledged(client, bob):
     assert ToolApproval.objects.get(tool=tool).acknowledged_findings == [FINDING]
 
 
-def test_bulk_approval_skips_tools_with_findings(client, bob):
+def test_bulk_approval_asks_first_and_skips_tools_with_findings(client, bob):
     clean, flagged = ToolFactory(), ToolFactory(findings=[FINDING])
     client.force_login(bob)
+    selection = {"action": "approve_selected", "_selected_action": [clean.pk, flagged.pk]}
 
+    confirmation = client.post(reverse("admin:servers_tool_changelist"), selection)
+
+    clean.refresh_from_db()
+    assert not clean.is_approved  # nothing before the confirmation
+    assert "flagged by the scanner" in confirmation.content.decode()
     client.post(
         reverse("admin:servers_tool_changelist"),
         {
-            "action": "approve_selected",
-            "_selected_action": [clean.pk, flagged.pk],
+            **selection,
+            "confirm": "1",
+            "note": "Batch of harmless readers.",
+            f"hash_{clean.pk}": clean.definition_hash,
+            f"hash_{flagged.pk}": flagged.definition_hash,
         },
     )
 
     clean.refresh_from_db()
     flagged.refresh_from_db()
     assert clean.is_approved
+    assert ToolApproval.objects.get(tool=clean).note == "Batch of harmless readers."
     assert not flagged.is_approved
+
+
+def test_bulk_approval_refuses_a_tool_that_changed_after_the_confirmation_page(client, bob):
+    server = McpServerFactory()
+    tool_sync.server_tools_sync(server=server, tools=[tool_definition("search")])
+    tool = Tool.objects.get(name="search")
+    shown = tool.definition_hash
+    tool_sync.server_tools_sync(
+        server=server, tools=[tool_definition("search", description="Something else.")]
+    )
+    client.force_login(bob)
+
+    client.post(
+        reverse("admin:servers_tool_changelist"),
+        {
+            "action": "approve_selected",
+            "_selected_action": [tool.pk],
+            "confirm": "1",
+            f"hash_{tool.pk}": shown,
+        },
+    )
+
+    tool.refresh_from_db()
+    assert not tool.is_approved
 
 
 def test_the_page_shows_a_diff_after_the_server_changed_an_approved_tool(client, alice):

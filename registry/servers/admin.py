@@ -6,16 +6,21 @@ management commands do; the admin only gathers input and shows results.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.core.paginator import Paginator
+from django.db.models import F, QuerySet
+from django.db.models.functions import Lower
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -57,9 +62,17 @@ from registry.servers.sandbox_checks import (
     server_sandbox_launch_warnings,
 )
 from registry.servers.sandbox_preparation import sandbox_preparation_current
-from registry.servers.selectors import server_list_with_tool_counts, tool_definition_diff
+from registry.servers.selectors import (
+    TOOL_REVIEW_STATES,
+    ToolReviewState,
+    server_list_with_tool_counts,
+    tool_definition_diff,
+    tool_review_filter,
+    tool_review_state,
+    tools_with_review_history,
+)
 
-TOOLS_SHOWN_ON_SERVER_PAGE = 200
+TOOLS_SHOWN_ON_SERVER_PAGE = 50  # per page of the server page's tools
 
 _BADGE_COLOURS = {
     ReviewStatus.DRAFT: "#777",
@@ -77,6 +90,27 @@ _BADGE_COLOURS = {
     ApprovalState.CHANGED: "#b42318",
     ApprovalState.REVOKED: "#555",
 }
+
+
+_REVIEW_COLOURS = {
+    "new": "#b26b00",
+    "flagged": "#b42318",
+    "changed": "#b42318",
+    "revoked": "#555",
+    "approved": "#1a7f37",
+    "removed": "#777",
+}
+
+
+def review_badge(state: ToolReviewState) -> SafeString:
+    """A tool's review state as a coloured badge (the colour by state, the words say the rest)."""
+    return format_html(
+        '<span class="review-badge review-{}" style="color:#fff;background:{};padding:1px 6px;'
+        'border-radius:8px;display:inline-block">{}</span>',
+        state.key,
+        _REVIEW_COLOURS.get(state.key, "#555"),
+        state.label,
+    )
 
 
 def badge(value: str, label: str) -> SafeString:
@@ -149,6 +183,21 @@ class SandboxLaunchFilter(admin.SimpleListFilter):
         return queryset
 
 
+class DiscoveryFilter(admin.SimpleListFilter):
+    title = "last discovery"
+    parameter_name = "discovery"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("failed", "Failed"), ("never", "Never ran")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "failed":
+            return queryset.filter(status__isnull=False).exclude(status__last_discovery_error="")
+        if self.value() == "never":
+            return queryset.filter(status__last_discovered_at__isnull=True)
+        return queryset
+
+
 # (action, label, whether a reason/note is asked for)
 SERVER_DECISIONS: list[tuple[str, str]] = [
     ("submit", "Submit for review"),
@@ -182,7 +231,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     change_form_template = "admin/servers/mcpserver/change_form.html"
     change_list_template = "admin/servers/mcpserver/change_list.html"
     list_display = [
-        "name",
+        "server_name",
         "category",
         "tier",
         "status_badge",
@@ -198,6 +247,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "transport",
         HealthFilter,
         SandboxLaunchFilter,
+        DiscoveryFilter,
         "category",
         "data_sensitivity",
     ]
@@ -294,6 +344,13 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def get_queryset(self, request: HttpRequest) -> QuerySet[McpServer]:
         return server_list_with_tool_counts()
 
+    # Django takes expressions here (case-insensitive order); the stubs only know strings.
+    ordering = [Lower("name"), "pk"]  # type: ignore[list-item]
+
+    @admin.display(description="Name", ordering=Lower("name"))
+    def server_name(self, obj: McpServer) -> str:
+        return obj.name
+
     @admin.display(description="Tier", ordering="trust_tier")
     def tier(self, obj: McpServer) -> str:
         return obj.get_trust_tier_display()
@@ -322,13 +379,9 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not count:
             return 0
         url = reverse("admin:servers_tool_changelist")
+        # Exactly the tools counted: offered and not approved at their current definition.
         return format_html(
-            '<a href="{}?server__id__exact={}&amp;removed=present&amp;approval_state__exact={}">'
-            "{}</a>",
-            url,
-            obj.pk,
-            ApprovalState.UNAPPROVED,
-            count,
+            '<a href="{}?server__id__exact={}&amp;review=awaiting">{}</a>', url, obj.pk, count
         )
 
     @admin.display(description="What the tier allows")
@@ -418,11 +471,27 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return super().change_view(request, object_id, form_url, context)
 
     def _server_page_context(self, request: HttpRequest, server: McpServer) -> dict[str, Any]:
-        tools = list(
-            Tool.objects.filter(server=server).order_by("removed_at", "name")[
-                :TOOLS_SHOWN_ON_SERVER_PAGE
-            ]
+        # Tools still offered first, by name regardless of case; one page at a time.
+        server_tools = tools_with_review_history(Tool.objects.filter(server=server)).order_by(
+            F("removed_at").asc(nulls_first=True), Lower("name"), "pk"
         )
+        tools_page = Paginator(server_tools, TOOLS_SHOWN_ON_SERVER_PAGE).get_page(
+            request.GET.get("tools_page")
+        )
+        can_approve = request.user.has_perm("servers.approve_tool")
+        tool_rows = []
+        for tool in tools_page.object_list:
+            state = tool_review_state(tool=tool)
+            tool_rows.append(
+                {
+                    "tool": tool,
+                    "badge": review_badge(state),
+                    "approvable": can_approve and state.key not in ("approved", "removed"),
+                    "has_diff": tool.removed_at is None
+                    and not tool.is_approved
+                    and tool.approval_state in (ApprovalState.CHANGED, ApprovalState.APPROVED),
+                }
+            )
         status = ServerStatus.objects.filter(server=server).first()
         can_review = request.user.has_perm("servers.review_mcpserver")
         decisions = [
@@ -432,9 +501,13 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         ]
         return {
             "server_status": status,
-            "server_tools": tools,
-            "server_tools_count": Tool.objects.filter(server=server).count(),
-            "server_tools_limit": TOOLS_SHOWN_ON_SERVER_PAGE,
+            "server_tool_rows": tool_rows,
+            "server_tools_page": tools_page,
+            "server_tools_count": tools_page.paginator.count,
+            "server_tools_waiting": Tool.objects.filter(
+                tool_review_filter("awaiting"), server=server
+            ).count(),
+            "can_approve_tools": can_approve,
             "server_resources": list(server.resources.all()[:200]),
             "server_prompts": list(server.prompts.all()[:200]),
             "server_audit_events": list(audit_events_for_server(server_id=server.pk)),
@@ -470,12 +543,75 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 name="{}_{}_operate".format(*info),
             ),
             path(
+                "<int:object_id>/approve-tools/",
+                self.admin_site.admin_view(self.approve_tools_view),
+                name="{}_{}_approve_tools".format(*info),
+            ),
+            path(
                 "fleet/",
                 self.admin_site.admin_view(self.fleet_view),
                 name="{}_{}_fleet".format(*info),
             ),
         ]
         return custom + super().get_urls()
+
+    def approve_tools_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """Approve the tools ticked on the server page, each at the definition the page showed.
+
+        Flagged tools need their own acknowledgement box ticked. More than one tool asks for a
+        confirmation first; the note is recorded with every approval.
+        """
+        if request.method != "POST" or not request.user.has_perm("servers.approve_tool"):
+            raise PermissionDenied
+        server = get_object_or_404(McpServer, pk=object_id)
+        back = reverse("admin:servers_mcpserver_change", args=[server.pk])
+        selected = [int(pk) for pk in request.POST.getlist("tool") if pk.isdigit()]
+        tools = list(
+            Tool.objects.filter(server=server, pk__in=selected).order_by(Lower("name"), "pk")
+        )
+        if not tools:
+            self.message_user(request, "Tick the tools to approve first.", messages.WARNING)
+            return HttpResponseRedirect(back + "#server-tools")
+        acknowledged = {int(pk) for pk in request.POST.getlist("acknowledge") if pk.isdigit()}
+        note = request.POST.get("note", "").strip()
+        if len(tools) > 1 and "confirm" not in request.POST:
+            return TemplateResponse(
+                request,
+                "admin/servers/tools_approve_confirm.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": f"Approve {len(tools)} tools of {server.name}",
+                    "opts": self.opts,
+                    "server": server,
+                    "rows": [
+                        {
+                            "tool": tool,
+                            "hash": request.POST.get(f"hash_{tool.pk}", ""),
+                            "acknowledged": tool.pk in acknowledged,
+                        }
+                        for tool in tools
+                    ],
+                    "note": note,
+                },
+            )
+        approved = 0
+        for tool in tools:
+            try:
+                services.tool_approve(
+                    actor=request.user,
+                    tool=tool,
+                    note=note,
+                    acknowledge_findings=tool.pk in acknowledged,
+                    # The definition the page showed; none shown is never "the current one".
+                    expected_hash=request.POST.get(f"hash_{tool.pk}", ""),
+                )
+            except ApplicationError as exc:
+                self.message_user(request, f"Not approved: {exc.message}", messages.WARNING)
+            else:
+                approved += 1
+        if approved:
+            self.message_user(request, f"Approved {approved} tool(s).", messages.SUCCESS)
+        return HttpResponseRedirect(back + "#server-tools")
 
     def operate_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         return operate_view(self, request, object_id, operation)
@@ -500,29 +636,41 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """Ask for the reason or note, then apply the decision to each server via the service."""
         label = dict(SERVER_DECISIONS)[action]
         servers = list(queryset)
+        # One by one, the form asks for what this server's tier needs; in bulk the service
+        # applies each server's rules and reports the ones it refused.
+        note_required = (
+            not bulk
+            and action == "approve"
+            and any(tier_policy(server.trust_tier).approval_note_required for server in servers)
+        )
         if request.method == "POST" and "confirm" in request.POST:
-            form = ReviewDecisionForm(request.POST)
+            form = ReviewDecisionForm(request.POST, action=action, note_required=note_required)
             if form.is_valid():
-                reason = form.cleaned_data["reason"]
-                done = 0
+                reason = form.text()
+                done: list[McpServer] = []
                 for server in servers:
                     try:
-                        _DECISION_SERVICES[action](request.user, server, reason)
+                        done.append(_DECISION_SERVICES[action](request.user, server, reason))
                     except ApplicationError as exc:
-                        self.message_user(request, exc.message, messages.ERROR)
-                    else:
-                        done += 1
+                        if not bulk:
+                            field = exc.field if exc.field in form.fields else None
+                            form.add_error(field, exc.message)
+                        else:
+                            self.message_user(request, exc.message, messages.ERROR)
                 if done:
                     self.message_user(
-                        request, f"{label}: done for {done} server(s).", messages.SUCCESS
+                        request, f"{label}: done for {len(done)} server(s).", messages.SUCCESS
                     )
-                if not bulk:
+                    if action == "approve":
+                        self._tell_waiting_tools(request, done)
+                if not bulk and done:
                     return HttpResponseRedirect(
                         reverse("admin:servers_mcpserver_change", args=[servers[0].pk])
                     )
-                return HttpResponseRedirect(reverse("admin:servers_mcpserver_changelist"))
+                if bulk:
+                    return HttpResponseRedirect(reverse("admin:servers_mcpserver_changelist"))
         else:
-            form = ReviewDecisionForm()
+            form = ReviewDecisionForm(action=action, note_required=note_required)
         context = {
             **self.admin_site.each_context(request),
             "title": f"{label}: {', '.join(s.name for s in servers[:5])}"
@@ -538,6 +686,26 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         }
         return TemplateResponse(request, "admin/servers/review_decision.html", context)
 
+    def _tell_waiting_tools(self, request: HttpRequest, servers: list[McpServer]) -> None:
+        """After a server is approved, its tools still need their own approval: say how many."""
+        for server in servers:
+            waiting = Tool.objects.filter(tool_review_filter("awaiting"), server=server).count()
+            if not waiting:
+                continue
+            url = reverse("admin:servers_tool_changelist")
+            self.message_user(
+                request,
+                format_html(
+                    '{} tool(s) of {} still wait for approval: <a href="{}?server__id__exact={}'
+                    '&amp;review=awaiting">review them</a>.',
+                    waiting,
+                    server.name,
+                    url,
+                    server.pk,
+                ),
+                messages.WARNING,
+            )
+
     @admin.action(description="Discover now", permissions=["change"])
     def discover_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         operate(request, list(queryset), "discover")
@@ -546,11 +714,11 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def check_health_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         operate(request, list(queryset), "check")
 
-    @admin.action(description="Start warm runtimes", permissions=["change"])
+    @admin.action(description="Keep warm (turns auto-start on)", permissions=["change"])
     def start_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         operate(request, list(queryset), "start")
 
-    @admin.action(description="Stop warm runtimes", permissions=["change"])
+    @admin.action(description="Stop keeping warm (turns auto-start off)", permissions=["change"])
     def stop_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         operate(request, list(queryset), "stop")
 
@@ -626,6 +794,22 @@ class RemovedFilter(admin.SimpleListFilter):
         return queryset
 
 
+class ReviewStateFilter(admin.SimpleListFilter):
+    """Where tools stand in review; the review queue's counts link to exactly these rows."""
+
+    title = "review"
+    parameter_name = "review"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("awaiting", "Awaiting approval (any)"), *TOOL_REVIEW_STATES.items()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value in TOOL_REVIEW_STATES or value == "awaiting":
+            return queryset.filter(tool_review_filter(value))
+        return queryset
+
+
 class FindingsFilter(admin.SimpleListFilter):
     title = "scanner findings"
     parameter_name = "findings"
@@ -644,17 +828,11 @@ class FindingsFilter(admin.SimpleListFilter):
 @admin.register(Tool)
 class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     change_form_template = "admin/servers/tool/change_form.html"
-    list_display = [
-        "name",
-        "server",
-        "permission_class",
-        "approval_badge",
-        "findings_count",
-        "short_hash",
-        "last_seen_at",
-        "offered",
-    ]
+    # What fits a 1366 px screen beside the filters; the hash and dates are on the tool's page.
+    list_display = ["tool_name", "server", "approval_badge", "findings_count", "permission", "seen"]
+    ordering = [Lower("server__name"), Lower("name"), "pk"]  # type: ignore[list-item]
     list_filter = [
+        ReviewStateFilter,
         "approval_state",
         "permission_class",
         RemovedFilter,
@@ -671,9 +849,9 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "title",
         "description",
         "definition_hash",
-        "permission_class_derived",
+        "class_from_annotations",
         "permission_class",
-        "approval_state",
+        "review_state",
         "first_seen_at",
         "last_seen_at",
         "removed_at",
@@ -689,18 +867,38 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_change_permission(self, request: HttpRequest, obj: Tool | None = None) -> bool:
         return False  # decisions have their own forms below
 
-    @admin.display(description="Approval", ordering="approval_state")
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Tool]:
+        return tools_with_review_history(super().get_queryset(request))
+
+    @admin.display(description="Review", ordering="approval_state")
     def approval_badge(self, obj: Tool) -> SafeString:
-        state = obj.approval_state
-        if state == ApprovalState.APPROVED and not obj.is_approved:
-            state = ApprovalState.CHANGED
-        return badge(state, ApprovalState(state).label)
+        return review_badge(tool_review_state(tool=obj))
 
     @admin.display(description="Findings")
     def findings_count(self, obj: Tool) -> SafeString | int:
         if not obj.findings:
             return 0
         return format_html('<strong style="color:#b42318">{}</strong>', len(obj.findings))
+
+    @admin.display(description="Class from annotations")
+    def class_from_annotations(self, obj: Tool) -> str:
+        return obj.get_permission_class_derived_display()
+
+    @admin.display(description="Review")
+    def review_state(self, obj: Tool) -> SafeString:
+        return review_badge(tool_review_state(tool=obj))
+
+    @admin.display(description="Name", ordering=Lower("name"))
+    def tool_name(self, obj: Tool) -> str:
+        return obj.name
+
+    @admin.display(description="Class", ordering="permission_class")
+    def permission(self, obj: Tool) -> str:
+        return obj.get_permission_class_display()
+
+    @admin.display(description="Last seen", ordering="last_seen_at")
+    def seen(self, obj: Tool) -> str:
+        return obj.last_seen_at.astimezone(timezone.get_current_timezone()).strftime("%Y-%m-%d")
 
     @admin.display(description="Hash")
     def short_hash(self, obj: Tool) -> SafeString:
@@ -717,31 +915,46 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        tool = self.get_object(request, object_id)
+        tool = self.get_object(request, unquote(object_id))
         context = dict(extra_context or {})
         if tool is not None:
-            can_approve = request.user.has_perm("servers.approve_tool")
-            context.update(
-                {
-                    "tool": tool,
-                    "definition_json": pretty_json(tool.definition),
-                    "definition_diff": tool_definition_diff(tool=tool),
-                    "approvals": list(ToolApproval.objects.filter(tool=tool)[:50]),
-                    "can_approve": can_approve and not tool.is_approved and tool.removed_at is None,
-                    "can_revoke": can_approve and tool.approval_state == ApprovalState.APPROVED,
-                    "approval_form": ToolApprovalForm(
-                        initial={"expected_hash": tool.definition_hash}
-                    ),
-                    "revoke_form": ToolRevokeForm(),
-                    "permission_form": PermissionClassForm(
-                        initial={"permission_class": tool.permission_class_override}
-                    ),
-                    "audit_events": list(
-                        AuditEvent.objects.filter(target_type="tool", target_id=str(tool.pk))[:50]
-                    ),
-                }
-            )
+            context = {**self._tool_page_context(request, tool), **context}
         return super().change_view(request, object_id, form_url, context)
+
+    def _tool_page_context(self, request: HttpRequest, tool: Tool) -> dict[str, Any]:
+        can_approve = request.user.has_perm("servers.approve_tool")
+        return {
+            "tool": tool,
+            "tool_state_label": self._state_label(tool),
+            "definition_json": pretty_json(tool.definition),
+            "definition_diff": tool_definition_diff(tool=tool),
+            "approvals": list(ToolApproval.objects.filter(tool=tool)[:50]),
+            "can_approve": can_approve and not tool.is_approved and tool.removed_at is None,
+            "can_revoke": can_approve and tool.approval_state == ApprovalState.APPROVED,
+            "approval_form": ToolApprovalForm(initial={"expected_hash": tool.definition_hash}),
+            "revoke_form": ToolRevokeForm(),
+            "permission_form": PermissionClassForm(
+                initial={"permission_class": tool.permission_class_override}
+            ),
+            "audit_events": list(
+                AuditEvent.objects.filter(target_type="tool", target_id=str(tool.pk))[:50]
+            ),
+        }
+
+    @staticmethod
+    def _state_label(tool: Tool) -> str:
+        if tool.is_approved:
+            return f"Approved at definition {tool.approved_definition_hash[:12]}"
+        return tool_review_state(tool=tool).label
+
+    def _tool_page_refused(self, request: HttpRequest, tool: Tool, **forms: Any) -> HttpResponse:
+        """The tool page again, with the refused decision's form showing its error and input.
+
+        Rendered as the page's GET: the change form itself is read-only and refuses a POST.
+        """
+        page_request = copy.copy(request)
+        page_request.method = "GET"
+        return self.change_view(page_request, str(tool.pk), extra_context=forms)
 
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
@@ -775,37 +988,48 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def approve_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         tool = self._tool_for_decision(request, object_id)
         form = ToolApprovalForm(request.POST)
-        if not form.is_valid():
-            self.message_user(request, "The approval form was incomplete.", messages.ERROR)
-            return self._back(tool)
-        try:
-            services.tool_approve(
-                actor=request.user,
-                tool=tool,
-                note=form.cleaned_data["note"],
-                acknowledge_findings=form.cleaned_data["acknowledge_findings"],
-                expected_hash=form.cleaned_data["expected_hash"],
-            )
-        except ApplicationError as exc:
-            self.message_user(request, exc.message, messages.ERROR)
-        else:
-            self.message_user(
-                request, f"Approved {tool} at its current definition.", messages.SUCCESS
-            )
-        return self._back(tool)
+        if form.is_valid():
+            try:
+                services.tool_approve(
+                    actor=request.user,
+                    tool=tool,
+                    note=form.cleaned_data["note"],
+                    acknowledge_findings=form.cleaned_data["acknowledge_findings"],
+                    expected_hash=form.cleaned_data["expected_hash"],
+                )
+            except ApplicationError as exc:
+                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            else:
+                self.message_user(
+                    request, f"Approved {tool} at its current definition.", messages.SUCCESS
+                )
+                return self._back(tool)
+        tool.refresh_from_db()
+        # The page shows the definition as it is now: approving again approves that one.
+        data = request.POST.copy()
+        data["expected_hash"] = tool.definition_hash
+        refused = ToolApprovalForm(data)
+        refused.is_valid()
+        for field_name, errors in form.errors.items():
+            for error in errors:
+                refused.add_error(field_name if field_name in refused.fields else None, error)
+        return self._tool_page_refused(request, tool, approval_form=refused)
 
     def revoke_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         tool = self._tool_for_decision(request, object_id)
         form = ToolRevokeForm(request.POST)
-        try:
-            if not form.is_valid():
-                raise ApplicationError("Give a reason for revoking the approval.")
-            services.tool_revoke(actor=request.user, tool=tool, reason=form.cleaned_data["reason"])
-        except ApplicationError as exc:
-            self.message_user(request, exc.message, messages.ERROR)
-        else:
-            self.message_user(request, f"Revoked the approval of {tool}.", messages.SUCCESS)
-        return self._back(tool)
+        if form.is_valid():
+            try:
+                services.tool_revoke(
+                    actor=request.user, tool=tool, reason=form.cleaned_data["reason"]
+                )
+            except ApplicationError as exc:
+                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            else:
+                self.message_user(request, f"Revoked the approval of {tool}.", messages.SUCCESS)
+                return self._back(tool)
+        tool.refresh_from_db()
+        return self._tool_page_refused(request, tool, revoke_form=form)
 
     def permission_class_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         tool = self._tool_for_decision(request, object_id)
@@ -832,16 +1056,40 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(
         description="Approve selected tools at their current definitions", permissions=["approve"]
     )
-    def approve_selected(self, request: HttpRequest, queryset: QuerySet[Tool]) -> None:
+    def approve_selected(self, request: HttpRequest, queryset: QuerySet[Tool]) -> Any:
+        """Confirm first (the tools, their hashes, a note), then approve each at the hash shown."""
         if not request.user.has_perm("servers.approve_tool"):
             raise PermissionDenied
-        result = services.tools_approve_bulk(actor=request.user, tools=queryset)
-        if result.approved:
-            self.message_user(
-                request, f"Approved {len(result.approved)} tool(s).", messages.SUCCESS
+        tools = list(queryset.select_related("server").order_by(Lower("name"), "pk"))
+        if "confirm" in request.POST:
+            shown = {
+                tool.pk: request.POST.get(f"hash_{tool.pk}", "")
+                for tool in tools
+                if f"hash_{tool.pk}" in request.POST
+            }
+            result = services.tools_approve_bulk(
+                actor=request.user,
+                tools=tools,
+                note=request.POST.get("note", "").strip(),
+                expected_hashes=shown,
             )
-        for tool, reason in result.skipped:
-            self.message_user(request, f"Not approved: {tool}: {reason}", messages.WARNING)
+            if result.approved:
+                self.message_user(
+                    request, f"Approved {len(result.approved)} tool(s).", messages.SUCCESS
+                )
+            for tool, reason in result.skipped:
+                self.message_user(request, f"Not approved: {tool}: {reason}", messages.WARNING)
+            return None
+        return TemplateResponse(
+            request,
+            "admin/servers/tools_bulk_approve.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": f"Approve {len(tools)} tool(s)",
+                "opts": self.opts,
+                "tools": tools,
+            },
+        )
 
     @admin.action(description="Revoke the approval of selected tools", permissions=["approve"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Tool]) -> Any:
@@ -880,11 +1128,24 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["created_at", "actor_label", "action", "target_repr", "server", "summary"]
+    # Short columns, so the summary (what happened, in words) keeps its room at 1366 px.
+    list_display = ["when", "who", "action", "target", "summary"]
     list_filter = ["action", "target_type"]
     search_fields = ["actor_label", "action", "target_repr", "summary"]
     list_select_related = ["server"]
     date_hierarchy = "created_at"
+
+    @admin.display(description="When", ordering="created_at")
+    def when(self, obj: AuditEvent) -> str:
+        return obj.created_at.astimezone(timezone.get_current_timezone()).strftime("%Y-%m-%d %H:%M")
+
+    @admin.display(description="Who", ordering="actor_label")
+    def who(self, obj: AuditEvent) -> str:
+        return obj.actor_label
+
+    @admin.display(description="Target", ordering="target_repr")
+    def target(self, obj: AuditEvent) -> str:
+        return obj.target_repr
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -182,12 +182,36 @@ class McpServerAdminForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 class ReviewDecisionForm(forms.Form):
-    reason = forms.CharField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
-        help_text="Required to reject or suspend, and to approve servers whose tier asks for a "
-        "written note.",
-    )
+    """What a review decision asks for: nothing to submit, a note to approve (required where the
+    tier asks for one), a reason to reject or suspend, an optional reason to retire."""
+
+    reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 80}))
+
+    def __init__(self, *args: Any, action: str, note_required: bool = False, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        reason = self.fields["reason"]
+        if action == "submit":
+            del self.fields["reason"]
+        elif action == "approve":
+            reason.label = "Note"
+            reason.required = note_required
+            reason.help_text = (
+                "Required for this tier: say what was reviewed."
+                if note_required
+                else "Optional: what was reviewed."
+            )
+        else:
+            reason.required = action in ("reject", "suspend")
+            reason.help_text = "Kept in the audit trail." + (
+                "" if reason.required else " Optional."
+            )
+        if "reason" in self.fields:
+            reason.error_messages["required"] = (
+                "Say what was reviewed." if action == "approve" else "Give a reason."
+            )
+
+    def text(self) -> str:
+        return str(self.cleaned_data.get("reason") or "")
 
 
 class ToolApprovalForm(forms.Form):
@@ -199,7 +223,10 @@ class ToolApprovalForm(forms.Form):
 
 
 class ToolRevokeForm(forms.Form):
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+        error_messages={"required": "Give a reason for revoking the approval."},
+    )
 
 
 class PermissionClassForm(forms.Form):

@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -33,14 +34,47 @@ from registry.servers.models import (
 )
 from registry.servers.runtime import runtime_live_owner, runtime_request
 from registry.servers.sandbox_preparation import sandbox_preparation_current
+from registry.servers.selectors import tool_review_filter
 
 OPERATIONS = {
     "discover": "Discover now",
     "check": "Check health now",
-    "start": "Start",
-    "stop": "Stop",
+    # Starting a warm runtime is keeping the server warm: auto-start goes on with it (the
+    # workers' supervisor keeps auto-start servers running), and stopping turns it off. The
+    # labels and the message say so instead of changing the setting silently.
+    "start": "Keep warm",
+    "stop": "Stop keeping warm",
     "restart": "Restart",
 }
+SETTING_CHANGES = {
+    "start": " Auto-start is on now: the workers keep it running, also after they restart.",
+    "stop": " Auto-start is off now.",
+}
+
+
+def health_reason(server: McpServer, status: ServerStatus | None) -> str:
+    """Why a server is degraded or unhealthy, in words (empty when there is nothing to explain).
+
+    The same rules as registry.servers.health: failures below the threshold or a check slower
+    than TOOLROOM_HEALTH_DEGRADED_LATENCY_MS degrade; failures at the threshold open the circuit.
+    """
+    if status is None or status.health not in (Health.DEGRADED, Health.UNHEALTHY):
+        return ""
+    failures = status.consecutive_failures
+    last_error = status.last_error.strip().splitlines()[0][:200] if status.last_error else ""
+    if failures:
+        why = (
+            f"{failures} failed check{'s' if failures != 1 else ''} in a row "
+            f"(unhealthy from {server.health_failure_threshold})"
+        )
+        return f"{why}; last error: {last_error}" if last_error else why
+    threshold = settings.TOOLROOM_HEALTH_DEGRADED_LATENCY_MS
+    if status.latency_ms is not None and status.latency_ms > threshold:
+        return (
+            f"slow: the last check took {status.latency_ms:.0f} ms, "
+            f"over the {threshold:.0f} ms threshold"
+        )
+    return f"last error: {last_error}" if last_error else ""
 
 
 def operate(request: HttpRequest, servers: list[McpServer], operation: str) -> None:
@@ -65,7 +99,8 @@ def operate(request: HttpRequest, servers: list[McpServer], operation: str) -> N
         messages.success(
             request,
             f"{OPERATIONS[operation]}: asked the workers for {done} "
-            "server(s); the page shows the result once they are done.",
+            "server(s); the page shows the result once they are done."
+            + SETTING_CHANGES.get(operation, ""),
         )
 
 
@@ -105,6 +140,7 @@ def server_operations_context(
         "uptime_24h": server_uptime(server_id=server.pk, since=now - timedelta(days=1)),
         "uptime_7d": server_uptime(server_id=server.pk, since=now - timedelta(days=7)),
         "runtime_owner": runtime_live_owner(status) if status else "",
+        "health_reason": health_reason(server, status),
     }
 
 
@@ -112,7 +148,13 @@ def _offender(server: McpServer) -> dict[str, Any]:
     checks: int = getattr(server, "checks", 0)
     failed: int = getattr(server, "failed", 0)
     uptime = round(100 * (checks - failed) / checks, 1) if checks else None
-    return {"server": server, "uptime": uptime, "failed": failed}
+    status = getattr(server, "status", None)
+    return {
+        "server": server,
+        "uptime": uptime,
+        "failed": failed,
+        "why": health_reason(server, status),
+    }
 
 
 def fleet_status_view(
@@ -154,16 +196,11 @@ def fleet_status_view(
     failed_discoveries = DiscoveryRun.objects.filter(
         status=DiscoveryStatus.FAILED, finished_at__gte=day_ago
     ).select_related("server")[:15]
-    awaiting = (
-        Tool.objects.filter(
-            removed_at__isnull=True,
-            server__review_status__in=[ReviewStatus.APPROVED, ReviewStatus.PENDING_REVIEW],
-        )
-        .exclude(
-            approval_state=ApprovalState.APPROVED, approved_definition_hash=F("definition_hash")
-        )
-        .count()
-    )
+    # The same rows as the list it links to (review=awaiting, of approved or pending servers).
+    awaiting = Tool.objects.filter(
+        tool_review_filter("awaiting"),
+        server__review_status__in=[ReviewStatus.APPROVED, ReviewStatus.PENDING_REVIEW],
+    ).count()
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Fleet status",

@@ -5,10 +5,17 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 
 from registry.core.canonical import pretty_json
-from registry.servers.models import ApprovalState, McpServer, Tool, ToolApproval, ToolRevision
+from registry.servers.models import (
+    ApprovalEndReason,
+    ApprovalState,
+    McpServer,
+    Tool,
+    ToolApproval,
+    ToolRevision,
+)
 
 
 def server_list_with_tool_counts() -> QuerySet[McpServer]:
@@ -81,3 +88,88 @@ def tool_definition_diff(*, tool: Tool) -> DefinitionDiff | None:
         approved_at=approval.approved_at.isoformat(),
         lines=lines,
     )
+
+
+# --- where each tool stands in review ------------------------------------------------------------
+
+TOOL_REVIEW_STATES: dict[str, str] = {
+    "new": "New",
+    "flagged": "Flagged",
+    "changed": "Changed since approval",
+    "revoked": "Revoked",
+    "approved": "Approved",
+    "removed": "Removed",
+}
+_REMOVED_HISTORY: dict[str, str] = {
+    ApprovalEndReason.REMOVED: "was approved",
+    ApprovalEndReason.DEFINITION_CHANGED: "was changed since approval",
+    ApprovalEndReason.REVOKED: "its approval was revoked",
+}
+
+
+def tool_review_filter(state: str) -> Q:
+    """The tools in one review state (a key of TOOL_REVIEW_STATES, or "awaiting" for every tool
+    still offered and not approved). The states split the tools without overlap: a tool the
+    scanner flagged is "flagged" whatever else it is, until it is approved."""
+    live = Q(removed_at__isnull=True)
+    approved = (
+        live
+        & Q(approval_state=ApprovalState.APPROVED)
+        & Q(approved_definition_hash=F("definition_hash"))
+    )
+    awaiting = live & ~approved
+    clean = Q(findings=[])
+    filters = {
+        "approved": approved,
+        "awaiting": awaiting,
+        "flagged": awaiting & ~clean,
+        "changed": awaiting
+        & clean
+        & Q(approval_state__in=[ApprovalState.CHANGED, ApprovalState.APPROVED]),
+        "new": awaiting & clean & Q(approval_state=ApprovalState.UNAPPROVED),
+        "revoked": awaiting & clean & Q(approval_state=ApprovalState.REVOKED),
+        "removed": Q(removed_at__isnull=False),
+    }
+    return filters[state]
+
+
+def tools_with_review_history(queryset: QuerySet[Tool] | None = None) -> QuerySet[Tool]:
+    """Tools with `last_approval_end_reason`: how their last approval ended (blank if active or
+    never approved), which is what a removed tool's state says about its past."""
+    last_approval = ToolApproval.objects.filter(tool=OuterRef("pk")).order_by("-approved_at", "-id")
+    return (queryset if queryset is not None else Tool.objects.all()).annotate(
+        last_approval_end_reason=Subquery(last_approval.values("end_reason")[:1])
+    )
+
+
+@dataclass(frozen=True)
+class ToolReviewState:
+    key: str  # a key of TOOL_REVIEW_STATES
+    label: str
+
+
+def tool_review_state(
+    *, tool: Tool, last_approval_end_reason: str | None = None
+) -> ToolReviewState:
+    """Where a tool stands, in the words of the review: the same split as `tool_review_filter`.
+    A removed tool says what it was before it went ("removed; was changed since approval")."""
+    if tool.removed_at is not None:
+        reason = last_approval_end_reason
+        if reason is None and hasattr(tool, "last_approval_end_reason"):
+            reason = tool.last_approval_end_reason
+        elif reason is None:
+            last = tool_last_approval(tool=tool)
+            reason = last.end_reason if last is not None else ""
+        history = _REMOVED_HISTORY.get(reason or "", "never approved")
+        return ToolReviewState("removed", f"Removed; {history}")
+    if tool.is_approved:
+        return ToolReviewState("approved", "Approved")
+    if tool.findings:
+        if tool.approval_state in (ApprovalState.CHANGED, ApprovalState.APPROVED):
+            return ToolReviewState("flagged", "Changed since approval, flagged by the scanner")
+        return ToolReviewState("flagged", "Flagged by the scanner")
+    if tool.approval_state in (ApprovalState.CHANGED, ApprovalState.APPROVED):
+        return ToolReviewState("changed", "Changed since approval")
+    if tool.approval_state == ApprovalState.REVOKED:
+        return ToolReviewState("revoked", "Revoked")
+    return ToolReviewState("new", "New, awaiting approval")

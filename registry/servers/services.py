@@ -694,17 +694,27 @@ class BulkApprovalResult:
 
 
 def tools_approve_bulk(
-    *, actor: Actor, tools: Iterable[Tool], note: str = ""
+    *,
+    actor: Actor,
+    tools: Iterable[Tool],
+    note: str = "",
+    expected_hashes: Mapping[int, str] | None = None,
 ) -> BulkApprovalResult:
-    """Approve many tools at their current hashes; tools with scanner findings are never
-    approved in bulk, each must be read and approved on its own."""
+    """Approve many tools at their current hashes, or at the hashes the admin was shown
+    (`expected_hashes` by tool id: a tool missing there or changed since is not approved);
+    tools with scanner findings are never approved in bulk, each must be read on its own."""
     result = BulkApprovalResult()
     for tool in tools:
         if tool.findings:
             result.skipped.append((tool, "has scanner findings; approve it on its own page"))
             continue
         try:
-            tool_approve(actor=actor, tool=tool, note=note)
+            tool_approve(
+                actor=actor,
+                tool=tool,
+                note=note,
+                expected_hash=None if expected_hashes is None else expected_hashes.get(tool.pk, ""),
+            )
         except ApplicationError as exc:
             result.skipped.append((tool, exc.message))
         else:

@@ -214,10 +214,16 @@ def _try(request: HttpRequest, call: Any) -> None:
         _run(request, call)
 
 
+def _expiry_picker() -> forms.DateTimeInput:
+    """The browser's own date and time picker for expiries."""
+    return forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
+
+
 class GrantAddForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Grant
         fields = ["team", "server", "tool", "role", "expires_at", "note"]
+        widgets = {"expires_at": _expiry_picker()}
 
 
 class RevokeForm(forms.Form):
@@ -227,12 +233,16 @@ class RevokeForm(forms.Form):
 @admin.register(Grant)
 class GrantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = GrantAddForm
-    list_display = ["team", "server", "tool", "role", "expires_at", "granted_by_label", "state"]
+    list_display = ["team", "server", "tool", "role", "expires_at", "granted_by", "state"]
     list_filter = ["team", "server", ("revoked_at", admin.EmptyFieldListFilter)]
     list_select_related = ["team", "server", "tool", "role"]
     search_fields = ["team__slug", "server__slug", "tool__name"]
     autocomplete_fields = ["server", "tool"]
     actions = ["revoke_selected"]
+
+    @admin.display(description="Granted by", ordering="granted_by_label")
+    def granted_by(self, obj: Grant) -> str:
+        return obj.granted_by_label
 
     @admin.display(description="State")
     def state(self, obj: Grant) -> str:
@@ -313,15 +323,29 @@ class GrantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         )
 
 
-class DecisionForm(forms.Form):
-    reason = forms.CharField(
+class ApproveRequestForm(forms.Form):
+    """Approving asks for a note and, optionally, an expiry shorter than the team wished."""
+
+    note = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
         required=False,
-        help_text="Required to deny; a note when approving.",
+        help_text="Kept with the decision and the grant.",
     )
     expires_at = forms.DateTimeField(
         required=False,
-        help_text="Approving: an expiry shorter than the team wished (empty: as wished).",
+        label="Expires at",
+        widget=_expiry_picker(),
+        help_text="Shorter than the team wished, if you like (empty: as wished).",
+    )
+
+
+class DenyRequestForm(forms.Form):
+    """Denying needs a reason: the team reads it."""
+
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        error_messages={"required": "Say why the request is denied."},
+        help_text="The team sees it.",
     )
 
 
@@ -345,11 +369,15 @@ class AccessRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "requested_by",
         "created_at",
         "decided_at",
-        "decided_by_label",
+        "decided_by",
         "decision_reason",
         "grant",
     )
     fields = readonly_fields
+
+    @admin.display(description="Decided by")
+    def decided_by(self, obj: AccessRequest) -> str:
+        return obj.decided_by_label or "-"
 
     @admin.display(description="Waiting for")
     def waiting_for(self, obj: AccessRequest) -> str:
@@ -388,33 +416,60 @@ class AccessRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _decide(
         self, request: HttpRequest, queryset: QuerySet[AccessRequest], *, approve: bool, bulk: bool
     ) -> HttpResponse | None:
+        """Ask for what the decision needs (a reason to deny; a note and expiry to approve), then
+        decide. A single refused decision shows its error on the form, with what was typed."""
         pending = list(
             queryset.filter(state=AccessRequestState.PENDING).select_related(
                 "team", "server", "tool", "role"
             )
         )
+        form_class = ApproveRequestForm if approve else DenyRequestForm
+        verb = "Approved" if approve else "Denied"
+        form: forms.Form
         if "confirm" in request.POST:
-            form = DecisionForm(request.POST)
+            form = form_class(request.POST)
             if form.is_valid():
-                result = services.access_requests_decide_bulk(
-                    actor=request.user,
-                    requests=pending,
-                    approve=approve,
-                    reason=form.cleaned_data["reason"] or "",
-                    expires_at=form.cleaned_data["expires_at"],
-                )
-                verb = "Approved" if approve else "Denied"
-                if result.done:
-                    self.message_user(
-                        request, f"{verb} {len(result.done)} request(s).", messages.SUCCESS
+                data = form.cleaned_data
+                text = data.get("note", "") if approve else data["reason"]
+                if not bulk and len(pending) == 1:
+                    try:
+                        if approve:
+                            services.access_request_approve(
+                                actor=request.user,
+                                request=pending[0],
+                                expires_at=data["expires_at"],
+                                note=text,
+                            )
+                        else:
+                            services.access_request_deny(
+                                actor=request.user, request=pending[0], reason=text
+                            )
+                    except ApplicationError as exc:
+                        form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+                    else:
+                        self.message_user(
+                            request, f"{verb} the request: {pending[0]}.", messages.SUCCESS
+                        )
+                        return HttpResponseRedirect(reverse("admin:teams_accessrequest_changelist"))
+                else:
+                    result = services.access_requests_decide_bulk(
+                        actor=request.user,
+                        requests=pending,
+                        approve=approve,
+                        reason=text,
+                        expires_at=data.get("expires_at"),
                     )
-                for item, why in result.skipped:
-                    self.message_user(request, f"{item}: {why}", messages.WARNING)
-                if bulk:
-                    return None
-                return HttpResponseRedirect(reverse("admin:teams_accessrequest_changelist"))
+                    if result.done:
+                        self.message_user(
+                            request, f"{verb} {len(result.done)} request(s).", messages.SUCCESS
+                        )
+                    for item, why in result.skipped:
+                        self.message_user(request, f"{item}: {why}", messages.WARNING)
+                    if bulk:
+                        return None
+                    return HttpResponseRedirect(reverse("admin:teams_accessrequest_changelist"))
         else:
-            form = DecisionForm()
+            form = form_class()
         return TemplateResponse(
             request,
             "admin/teams/confirm_action.html",
@@ -442,6 +497,7 @@ class AgentTokenAddForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = AgentToken
         fields = ["team", "role", "name", "expires_at", "declared_servers"]
+        widgets = {"expires_at": _expiry_picker()}
 
 
 @admin.register(AgentToken)
