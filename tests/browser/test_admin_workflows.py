@@ -29,7 +29,7 @@ from tests.mcp_fixtures import scenario_argv
 MCP_JSON = {
     "mcpServers": {
         "clock": {"command": "python", "args": ["-m", "mcp_server_time"]},
-        "notes": {"command": "npx", "args": ["-y", "@example/notes-server"]},
+        "notes": {"command": "npx", "args": ["-y", "@example/notes-server@1.4.0"]},
     }
 }
 
