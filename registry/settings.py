@@ -223,6 +223,15 @@ else:
         }
     }
 
+# The catalogue's cache (registry/catalogue/cache.py): a Redis that is down or frozen costs one
+# timeout this short, then the circuit stays open (answers from the database, marked degraded) for
+# the retry time; each process confirms the cache epoch with the database this often.
+TOOLROOM_CACHE_TIMEOUT_SECONDS: float = env.float("TOOLROOM_CACHE_TIMEOUT_SECONDS", default=0.25)
+TOOLROOM_CACHE_RETRY_SECONDS: float = env.float("TOOLROOM_CACHE_RETRY_SECONDS", default=5.0)
+TOOLROOM_CACHE_REVALIDATE_SECONDS: float = env.float(
+    "TOOLROOM_CACHE_REVALIDATE_SECONDS", default=1.0
+)
+
 # --- Celery (the workers) ---------------------------------------------------------------------
 
 # Redis when REDIS_URL is set; otherwise the embedded default, a broker in files under
