@@ -232,6 +232,25 @@ TOOLROOM_CACHE_REVALIDATE_SECONDS: float = env.float(
     "TOOLROOM_CACHE_REVALIDATE_SECONDS", default=1.0
 )
 
+# Heartbeats of workers, runtime workers and beat (workers/heartbeat.py): written this often,
+# and a process whose last one is older than the stale time counts as gone (`/readyz`, probes).
+TOOLROOM_HEARTBEAT_SECONDS: float = env.float("TOOLROOM_HEARTBEAT_SECONDS", default=15.0)
+TOOLROOM_HEARTBEAT_STALE_SECONDS: float = env.float(
+    "TOOLROOM_HEARTBEAT_STALE_SECONDS", default=60.0
+)
+# The queues whose depth `/readyz` reports (with the Redis broker).
+TOOLROOM_QUEUES_WATCHED: list[str] = env.list(
+    "TOOLROOM_QUEUES_WATCHED", default=["toolroom", "discovery", "runtime"]
+)
+# Discovery runs (registry/servers/discovery.py): a worker holds a run under a lease it renews every
+# third of it; the janitor (beat, every 30 s) retries a run whose lease expired, at most this many
+# attempts in all, and sends again a task the broker has not started after the redeliver time.
+TOOLROOM_DISCOVERY_LEASE_SECONDS: float = env.float("TOOLROOM_DISCOVERY_LEASE_SECONDS", default=60)
+TOOLROOM_DISCOVERY_MAX_ATTEMPTS: int = env.int("TOOLROOM_DISCOVERY_MAX_ATTEMPTS", default=3)
+TOOLROOM_DISCOVERY_REDELIVER_SECONDS: float = env.float(
+    "TOOLROOM_DISCOVERY_REDELIVER_SECONDS", default=900
+)
+
 # --- Celery (the workers) ---------------------------------------------------------------------
 
 # Redis when REDIS_URL is set; otherwise the embedded default, a broker in files under
@@ -254,6 +273,11 @@ elif CELERY_BROKER_URL.startswith(("redis:", "rediss:")):
     # Several Toolroom installations (or test runs) may share one Redis: keep their queues apart.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "global_keyprefix": env.str("TOOLROOM_BROKER_KEY_PREFIX", default=""),
+        # Tasks are acknowledged late (after they ran); one taken by a worker that died is given
+        # to another after this long. Deliberately just above the hard time limit (not Redis's
+        # 1 h default): no live task is ever handed out twice, a dead one is back within minutes.
+        # Discovery does not wait for it: its lease and the janitor recover runs sooner.
+        "visibility_timeout": env.int("CELERY_TASK_TIME_LIMIT", default=660) + 60,
     }
 CELERY_TASK_DEFAULT_QUEUE = "toolroom"
 CELERY_TASK_SERIALIZER = "json"

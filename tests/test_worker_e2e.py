@@ -83,7 +83,7 @@ def worker(tmp_path):
                 "workers",
                 "worker",
                 "-Q",
-                "toolroom,runtime",
+                "toolroom,discovery,runtime",
                 "-P",
                 "threads",
                 "-c",

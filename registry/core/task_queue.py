@@ -18,13 +18,17 @@ HEALTH_SWEEP = "toolroom.health_sweep"
 HEALTH_CHECK_BATCH = "toolroom.health_check_batch"
 HEALTH_HISTORY_PRUNE = "toolroom.health_history_prune"
 DISCOVERY_SCHEDULE = "toolroom.discovery_schedule"
+DISCOVERY_JANITOR = "toolroom.discovery_janitor"
 RUNTIME_RECONCILE = "toolroom.runtime_reconcile"
 RUNTIME_COMMAND = "toolroom.runtime_command"
 RUNTIME_PROBE_BATCH = "toolroom.runtime_probe_batch"
 
-# Queues: general work, and the queue every runtime worker consumes (it also has a queue of its
-# own, reached through Celery's worker-direct exchange, for the servers it holds warm).
+# Queues: general work (health checks, sweeps), discovery (apart, so slow servers being discovered
+# can never hold the slots the fleet's health checks need), and the queue every runtime worker
+# consumes (it also has a queue of its own, reached through Celery's worker-direct exchange, for
+# the servers it holds warm).
 GENERAL_QUEUE = "toolroom"
+DISCOVERY_QUEUE = "discovery"
 RUNTIME_QUEUE = "runtime"
 WORKER_DIRECT_EXCHANGE = "C.dq2"
 
