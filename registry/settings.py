@@ -190,6 +190,10 @@ else:
     # hands connections to requests and takes them back; with it, CONN_MAX_AGE must be 0.
     if env.bool("DATABASE_POOL", default=True):
         _db["CONN_MAX_AGE"] = 0
+        # A connection PostgreSQL closed (restart, pg_terminate_backend, a proxy's idle timeout)
+        # is noticed when the pool hands it out (Django passes psycopg_pool's check_connection),
+        # not by the request that would use it: one round trip per checkout, and it is replaced.
+        _db["CONN_HEALTH_CHECKS"] = True
         _db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": env.int("DATABASE_POOL_MIN_SIZE", default=1),
             "max_size": env.int("DATABASE_POOL_MAX_SIZE", default=10),

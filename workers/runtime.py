@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from registry.servers.discovery import DiscoveryOutcome
 from registry.servers.health import HealthResult
@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 HEARTBEAT_SECONDS = 10.0
+# A failed heartbeat is retried this many times (with backoff) before the round is given up.
+HEARTBEAT_ATTEMPTS = 4
 RESTART_BACKOFF_BASE = 1.0
 RESTART_BACKOFF_MAX = 60.0
 COMMAND_TIMEOUT = 120.0
@@ -56,6 +58,10 @@ async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     def call() -> T:
         try:
             return fn(*args, **kwargs)
+        except Exception:
+            # A connection the server closed stays broken in this thread: drop it now.
+            connection.close_if_unusable_or_obsolete()
+            raise
         finally:
             close_old_connections()
 
@@ -279,10 +285,8 @@ class RuntimeManager:
         while True:
             await asyncio.sleep(self.heartbeat_seconds)
             held = [pk for pk, runtime in self.runtimes.items() if not runtime.finished.is_set()]
-            try:
-                lost = await _db(runtime_heartbeat, owner=self.owner, server_ids=held)
-            except Exception:
-                logger.exception("runtime heartbeat failed")
+            lost = await self._renew(held)
+            if lost is None:
                 continue
             for pk in lost:
                 runtime = self.runtimes.pop(pk, None)
@@ -290,6 +294,24 @@ class RuntimeManager:
                     logger.warning("lost the claim on %s; stopping it here", runtime.plan.slug)
                     runtime.stopping = True
                     await runtime.queue.put(_STOP)
+
+    async def _renew(self, held: list[int]) -> list[int] | None:
+        """Renew the claims, retrying a failure (a database blip: the broken connection is
+        closed and the next try gets a new one) a few times within the heartbeat period before
+        giving up this round; claims go stale only after TOOLROOM_RUNTIME_STALE_SECONDS."""
+        for attempt in range(HEARTBEAT_ATTEMPTS):
+            try:
+                return await _db(runtime_heartbeat, owner=self.owner, server_ids=held)
+            except Exception:
+                logger.warning(
+                    "runtime heartbeat failed (attempt %d of %d)",
+                    attempt + 1,
+                    HEARTBEAT_ATTEMPTS,
+                    exc_info=True,
+                )
+                await asyncio.sleep(min(2**attempt * 0.5, self.heartbeat_seconds / 4))
+        logger.error("runtime heartbeat failed %d times; next try next period", HEARTBEAT_ATTEMPTS)
+        return None
 
     async def _command(self, server_id: int, action: str) -> str:
         if action in ("stop", "restart"):
