@@ -5,6 +5,7 @@ new request never waits on a dead run."""
 
 from __future__ import annotations
 
+import io
 from datetime import timedelta
 
 import pytest
@@ -182,3 +183,29 @@ def test_a_message_the_broker_lost_is_sent_again(own_broker, settings):
     )
     assert discovery_janitor()["resent"] == 1
     assert _queued_messages(own_broker) == 1
+
+
+def test_mcp_status_and_the_fleet_page_show_stuck_and_retried_runs(own_broker, admin_client):
+    stuck_server = _server("stuck")
+    stuck = _run(stuck_server)
+    discovery_claim(run_id=stuck.pk)
+    _expire_lease(stuck)
+    retried_server = _server("retried")
+    retried = _run(retried_server)
+    discovery_claim(run_id=retried.pk)
+    _expire_lease(retried)
+    assert discovery_janitor()["retried"] == 2
+    discovery_claim(run_id=retried.pk)
+    _expire_lease(stuck)  # stuck again (its second attempt's worker died too)
+    DiscoveryRun.objects.filter(pk=stuck.pk).update(status=DiscoveryStatus.RUNNING)
+
+    output = io.StringIO()
+    call_command("mcp", "status", stdout=output)
+    page = admin_client.get("/admin/servers/mcpserver/fleet/").content.decode()
+
+    text = output.getvalue()
+    assert f"stuck run {stuck.pk}: STUCK" in text
+    assert f"retried run {retried.pk}: running; attempt 2; recovered 1x" in text
+    assert "Discovery runs stuck or retried" in page
+    assert "STUCK" in page
+    assert "attempt 2" in page

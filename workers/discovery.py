@@ -84,7 +84,7 @@ async def discover_plan(plan: LaunchPlan) -> DiscoveryOutcome:
 
 
 @contextmanager
-def _lease_heartbeat(run_id: int) -> Iterator[None]:
+def discovery_lease_kept(run_id: int) -> Iterator[None]:
     """Renew the run's lease every third of it while the block runs (a thread: the discovery
     itself may block in the SDK). A failed renewal (database blip) is retried at the next one."""
     done = threading.Event()
@@ -113,7 +113,7 @@ def run_discovery(run_id: int) -> None:
     run = discovery_claim(run_id=run_id)
     if run is None:
         return
-    with _lease_heartbeat(run.pk):
+    with discovery_lease_kept(run.pk):
         plan = server_launch_plan(server=run.server)
         manager = current_manager()
         if manager is not None and manager.holds(plan.server_id):

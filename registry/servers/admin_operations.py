@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from registry.core.errors import ApplicationError
-from registry.servers.discovery import discovery_request
+from registry.servers.discovery import discovery_request, discovery_runs_needing_attention
 from registry.servers.health import health_request, server_uptime
 from registry.servers.models import (
     ApprovalState,
@@ -173,5 +173,6 @@ def fleet_status_view(
         "changed_tools": list(changed_tools),
         "failed_discoveries": list(failed_discoveries),
         "tools_awaiting": awaiting,
+        "discoveries_needing_attention": discovery_runs_needing_attention()[:15],
     }
     return TemplateResponse(request, "admin/servers/fleet_status.html", context)

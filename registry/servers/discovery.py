@@ -132,7 +132,41 @@ def discovery_runs_stuck(*, server: McpServer | None = None) -> list[DiscoveryRu
     )
     if server is not None:
         runs = runs.filter(server=server)
-    return list(runs.order_by("requested_at"))
+    return list(runs.select_related("server").order_by("requested_at"))
+
+
+@dataclass(frozen=True)
+class DiscoveryAttention:
+    """A run an operator should know about: stuck now, or recovered by the janitor lately."""
+
+    run: DiscoveryRun
+    stuck: bool
+
+    def describe(self) -> str:
+        parts = ["STUCK" if self.stuck else self.run.status]
+        if self.run.attempts > 1:
+            parts.append(f"attempt {self.run.attempts}")
+        if self.run.recoveries:
+            parts.append(
+                f"recovered {len(self.run.recoveries)}x: {self.run.recoveries[-1]['what']}"
+            )
+        return "; ".join(parts)
+
+
+def discovery_runs_needing_attention(
+    *, since: timedelta = timedelta(days=1)
+) -> list[DiscoveryAttention]:
+    """Stuck runs (what the janitor will recover next) and runs it retried, resent or failed in
+    the last `since`, newest first; for `manage.py mcp status` and the fleet page."""
+    stuck = {run.pk: run for run in discovery_runs_stuck()}
+    recovered = (
+        DiscoveryRun.objects.filter(requested_at__gte=timezone.now() - since)
+        .exclude(recoveries=[])
+        .exclude(pk__in=stuck)
+    )
+    runs = [DiscoveryAttention(run=run, stuck=True) for run in stuck.values()]
+    runs += [DiscoveryAttention(run=run, stuck=False) for run in recovered.select_related("server")]
+    return sorted(runs, key=lambda item: item.run.requested_at, reverse=True)
 
 
 def discovery_lease_renew(*, run_id: int) -> bool:
