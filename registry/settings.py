@@ -413,6 +413,13 @@ TOOLROOM_HEALTH_BATCH_SIZE: int = env.int("TOOLROOM_HEALTH_BATCH_SIZE", default=
 TOOLROOM_HEALTH_CONCURRENCY: int = env.int("TOOLROOM_HEALTH_CONCURRENCY", default=50)
 # A runtime worker that has not reported for this long (seconds) has lost its warm servers.
 TOOLROOM_RUNTIME_STALE_SECONDS: int = env.int("TOOLROOM_RUNTIME_STALE_SECONDS", default=60)
+# A warm runtime that ran this long before crashing gets its restart budget back.
+TOOLROOM_RUNTIME_STABLE_SECONDS: int = env.int("TOOLROOM_RUNTIME_STABLE_SECONDS", default=300)
+# Status shows "owner lost" for a runtime whose worker's heartbeat is older than this (the claim
+# itself may be taken over only after TOOLROOM_RUNTIME_STALE_SECONDS).
+TOOLROOM_RUNTIME_OWNER_LOST_SECONDS: int = env.int(
+    "TOOLROOM_RUNTIME_OWNER_LOST_SECONDS", default=15
+)
 # How long discovery waits for a server to answer its handshake (package runners such as npx
 # and uvx may download the server first).
 TOOLROOM_DISCOVERY_TIMEOUT_SECONDS: int = env.int("TOOLROOM_DISCOVERY_TIMEOUT_SECONDS", default=60)

@@ -54,6 +54,7 @@ def test_it_is_ready_when_every_component_is(client):
         "beat": "ok",
         "docker": "ok",
         "discovery": "ok",
+        "runtimes": "ok",
     }
     assert set(components["broker"]["queues"]) == {"toolroom", "discovery", "runtime"}
 

@@ -10,6 +10,7 @@ import os
 import signal
 
 import pytest
+from django.conf import settings
 
 from registry.core import task_queue
 from registry.servers import services
@@ -23,7 +24,7 @@ from registry.servers.models import (
     RuntimeState,
     ServerStatus,
 )
-from registry.servers.runtime import runtime_request
+from registry.servers.runtime import runtime_display_state, runtime_request
 from tests.celery_worker import CeleryWorker, wait_for
 from tests.mcp_fixtures import scenario_argv
 from tests.process_hygiene import server_processes_started_by
@@ -132,9 +133,18 @@ def test_a_killed_worker_takes_its_servers_with_it(worker):
     )
     tag = f"{os.uname().nodename}:{worker['process'].pid}"
     assert server_processes_started_by({tag})
+    assert runtime_display_state(_status(server)) == RuntimeState.RUNNING
 
     worker["process"].kill()
     worker["process"].wait()
+
+    # Status says so within seconds (TOOLROOM_RUNTIME_OWNER_LOST_SECONDS), not "running" for the
+    # minute until another worker may take the claim over.
+    _wait_for(
+        lambda: runtime_display_state(_status(server)) == "owner lost",
+        timeout=settings.TOOLROOM_RUNTIME_OWNER_LOST_SECONDS + 10,
+        what='"owner lost"',
+    )
 
     # The kernel ends the server with its parent (parent-death signal), not a clean-up later.
     _wait_for(

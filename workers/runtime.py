@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
+from django.conf import settings
 from django.db import close_old_connections, connection
 
 from registry.servers.discovery import DiscoveryOutcome
@@ -44,7 +45,7 @@ from workers.runtime_host import current_manager, set_manager
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-HEARTBEAT_SECONDS = 10.0
+HEARTBEAT_SECONDS = 5.0
 # A failed heartbeat is retried this many times (with backoff) before the round is given up.
 HEARTBEAT_ATTEMPTS = 4
 RESTART_BACKOFF_BASE = 1.0
@@ -95,6 +96,7 @@ class WarmRuntime:
         self.stopping = False
         self.restarts = 0
         self.last_error = ""
+        self.running_since: float | None = None  # monotonic, while a session is up
         self.task: asyncio.Task[None] | None = None
 
     @property
@@ -142,6 +144,15 @@ class WarmRuntime:
                 self.last_error = failure.describe()
                 self.ready.clear()
                 self.announced.clear()
+                if (
+                    self.running_since is not None
+                    and time.monotonic() - self.running_since
+                    >= settings.TOOLROOM_RUNTIME_STABLE_SECONDS
+                ):
+                    # It ran long enough to count as healthy: this crash starts a new budget,
+                    # rather than the 4th crash in a runtime's whole life disabling it for good.
+                    self.restarts = 0
+                self.running_since = None
                 exhausted = (
                     self.plan.restart_policy == "never"
                     or self.restarts >= self.plan.restart_max_attempts
@@ -177,6 +188,7 @@ class WarmRuntime:
             target = await target_for(self.plan)
             async with connect(target, deadlines=deadlines) as connection:
                 self.ready.set()
+                self.running_since = time.monotonic()
                 await self._report(RuntimeState.RUNNING, stderr=connection.stderr_tail())
                 self.announced.set()
                 if self.stopping:  # another worker holds it now
@@ -204,7 +216,20 @@ class WarmRuntime:
                 if not request.future.done():
                     request.future.set_result(result)
 
+        async def watch() -> None:
+            """A local server's process exit is noticed at once, not at the next probe."""
+            await connection.wait_process_gone()
+            death.append(
+                McpFailure(
+                    "closed",
+                    "The server process exited.",
+                    stderr_tail=connection.stderr_tail(),
+                )
+            )
+            await self.queue.put(_DEAD)
+
         async with anyio.create_task_group() as group:
+            group.start_soon(watch)
             while True:
                 item = await self.queue.get()
                 if item is _STOP:

@@ -2,7 +2,8 @@
 
 `readiness_report()` checks the database, the cache (Redis, through the catalogue's circuit), the
 broker (and its queue depths), the heartbeats of workers, runtime workers and beat, the Docker
-engine as the workers see it, and discovery runs that are stuck. Each component is `ok`,
+engine as the workers see it, discovery runs that are stuck, and warm runtimes that failed or whose
+worker is lost. Each component is `ok`,
 `degraded` or `failing`; the overall verdict is `failing` when the database is (nothing works
 without it), `degraded` when anything else is not ok (agents still get correct catalogues), else
 `ok`. Heartbeats are written by the processes themselves (`process_heartbeat_record`).
@@ -135,6 +136,22 @@ def _discovery() -> dict[str, Any]:
     return {"status": DEGRADED if stuck else OK, "stuck_runs": len(stuck)}
 
 
+def _runtimes() -> dict[str, Any]:
+    from registry.servers.models import ServerStatus  # noqa: PLC0415
+    from registry.servers.runtime import runtime_display_state  # noqa: PLC0415
+
+    wanted = ServerStatus.objects.filter(server__auto_start=True)
+    states = [runtime_display_state(status) for status in wanted]
+    failed = states.count("failed")
+    lost = states.count("owner lost")
+    return {
+        "status": DEGRADED if failed or lost else OK,
+        "wanted": len(states),
+        "failed": failed,
+        "owner_lost": lost,
+    }
+
+
 def readiness_report() -> dict[str, Any]:
     """Every component's state and the overall verdict (see the module's docstring)."""
     components = {"database": _timed(_database)}
@@ -149,6 +166,7 @@ def readiness_report() -> dict[str, Any]:
         components["beat"] = _timed(lambda: _heartbeats(ProcessKind.BEAT, required=True))
         components["docker"] = _timed(_docker)
         components["discovery"] = _timed(_discovery)
+        components["runtimes"] = _timed(_runtimes)
     statuses = {component["status"] for component in components.values()}
     if not database_ok:
         overall = FAILING

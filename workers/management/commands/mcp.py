@@ -25,7 +25,7 @@ from registry.servers.discovery import (
 from registry.servers.health import health_record
 from registry.servers.launch import server_launch_plan
 from registry.servers.models import DiscoveryRun, McpServer, ReviewStatus, Tool
-from registry.servers.runtime import runtime_request
+from registry.servers.runtime import runtime_display_state, runtime_request
 from registry.servers.selectors import server_list_with_tool_counts
 from workers.discovery import discover_plan, discovery_lease_kept
 from workers.health import check_plans
@@ -253,7 +253,7 @@ class Command(BaseCommand):
                     f"{server.tools_approved}/{server.tools_total}",  # type: ignore[attr-defined]
                     last,
                     latency,
-                    status.runtime_state if status else "stopped",
+                    runtime_display_state(status),
                     error.splitlines()[0][:60] if error else "",
                 )
             )
