@@ -255,6 +255,15 @@ TOOLROOM_DISCOVERY_REDELIVER_SECONDS: float = env.float(
     "TOOLROOM_DISCOVERY_REDELIVER_SECONDS", default=900
 )
 
+# /metrics (registry/core/metrics.py): open to a bearer token, or to clients in these networks.
+TOOLROOM_METRICS_TOKEN: str = env.str("TOOLROOM_METRICS_TOKEN", default="")
+TOOLROOM_METRICS_ALLOWED_NETWORKS: list[str] = env.list(
+    "TOOLROOM_METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"]
+)
+# prometheus-client's multiprocess mode (uvicorn's workers write their samples there).
+if env.str("PROMETHEUS_MULTIPROC_DIR", default=""):
+    Path(env.str("PROMETHEUS_MULTIPROC_DIR")).mkdir(parents=True, exist_ok=True)
+
 # --- Celery (the workers) ---------------------------------------------------------------------
 
 # Redis when REDIS_URL is set; otherwise the embedded default, a broker in files under

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from registry.core.views import healthz, readyz
+from registry.core.views import healthz, metrics, readyz
 
 admin.site.site_header = "Toolroom"
 admin.site.site_title = "Toolroom"
@@ -14,6 +14,7 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="admin:index", permanent=False)),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("", include("registry.api.urls")),
 ]

@@ -74,6 +74,8 @@ def test_the_web_process_survives_terminated_connections(own_database, tmp_path)
         # Every catalogue request reads the database (no document cache, no fast path).
         "TOOLROOM_CATALOGUE_CACHE_SECONDS": "0",
         "TOOLROOM_CATALOGUE_FAST_PATH": "false",
+        # Metrics in multiprocess mode, as the compose stack runs uvicorn.
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
     }
 
     def manage(*args: str) -> str:
@@ -112,6 +114,11 @@ def test_the_web_process_survives_terminated_connections(own_database, tmp_path)
         answers = [_get(f"{base}/api/v1/catalogue?format={fmt}", token) for fmt in formats * 3]
         answers.append(_get(f"{base}/readyz"))
         assert answers == [200] * len(answers), log.read_text()[-3000:]
+        with urllib.request.urlopen(f"{base}/metrics", timeout=30) as response:  # noqa: S310
+            text = response.read().decode()
+        for fmt in formats:  # 1 before the blip, 3 after, each a cache miss (no document cache)
+            line = f'toolroom_catalogue_requests_total{{cache="miss",format="{fmt}",status="200"}}'
+            assert f"{line} 4.0" in text
     finally:
         web.send_signal(signal.SIGTERM)
         web.wait(timeout=30)
