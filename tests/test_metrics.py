@@ -78,3 +78,28 @@ def test_the_fleet_state_is_read_at_scrape_time(client):
     assert 'toolroom_component_ok{component="database"} 1.0' in text
     assert "toolroom_access_requests_pending 0.0" in text
     assert "toolroom_catalogue_requests_total" in text
+
+
+def test_the_dashboard_and_alert_rules_use_only_metrics_toolroom_exposes(client):
+    import json
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    deploy = Path(__file__).resolve().parent.parent / "deploy"
+    rules = yaml.safe_load((deploy / "prometheus" / "alerts.yml").read_text())
+    dashboard = json.loads((deploy / "grafana" / "toolroom-dashboard.json").read_text())
+    expressions = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    expressions += [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    used = {
+        re.sub(r"_(bucket|total|sum|count)$", "", name)
+        for expr in expressions
+        for name in re.findall(r"toolroom_[a-z0-9_]+", expr)
+    }
+
+    text = client.get("/metrics").content.decode()
+    exposed = {re.sub(r"_total$", "", name) for name in re.findall(r"^# TYPE (\S+)", text, re.M)}
+
+    assert used
+    assert used <= exposed, used - exposed
