@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.signals import beat_init, worker_ready, worker_shutdown
+from celery.signals import beat_init, task_postrun, task_prerun, worker_ready, worker_shutdown
 
 from registry.core import task_queue
 from registry.core.models import ProcessKind
+from registry.core.request_ids import TASK_HEADER, current_request_id
 from registry.servers.runtime import runtime_forget_owner
 from workers.heartbeat import docker_engine_state, heartbeat_start, heartbeat_stop
 from workers.janitor import kill_orphans
@@ -76,3 +77,16 @@ def on_beat_init(sender: Any = None, **kwargs: Any) -> None:
     import socket  # noqa: PLC0415
 
     heartbeat_start(kind=ProcessKind.BEAT, name=f"beat@{socket.gethostname()}", details=dict)
+
+
+@task_prerun.connect
+def on_task_prerun(sender: Any = None, task: Any = None, **kwargs: Any) -> None:
+    """Log the task under the id of the request that started it (none for beat's tasks)."""
+    given = getattr(getattr(task, "request", None), TASK_HEADER, None)
+    current_request_id.set(str(given) if given else None)
+    logger.info("task %s started", getattr(task, "name", sender))
+
+
+@task_postrun.connect
+def on_task_postrun(**kwargs: Any) -> None:
+    current_request_id.set(None)

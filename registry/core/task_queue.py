@@ -13,6 +13,8 @@ from typing import Any
 from celery import Celery
 from django.db import transaction
 
+from registry.core.request_ids import TASK_HEADER, current_request_id
+
 DISCOVER_SERVER = "toolroom.discover_server"
 HEALTH_SWEEP = "toolroom.health_sweep"
 HEALTH_CHECK_BATCH = "toolroom.health_check_batch"
@@ -59,6 +61,9 @@ def send_now(
         options["expires"] = expires
     if countdown is not None:
         options["countdown"] = countdown
+    request_id = current_request_id.get()
+    if request_id:
+        options["headers"] = {TASK_HEADER: request_id}  # the worker logs under it too
     _client().send_task(name, args=list(args), **options)
 
 
