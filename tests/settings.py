@@ -8,6 +8,11 @@ os.environ.setdefault("TOOLROOM_PROFILE", "test")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("TOOLROOM_BROKER_KEY_PREFIX", f"test-{os.getpid()}:")
 os.environ.setdefault("TOOLROOM_CACHE_PREFIX", f"test-{os.getpid()}")
+# The ASGI fast path reads only under a cache epoch confirmed within this time; a loaded machine
+# may take more than the default second between the Django request that confirms it and the
+# fast-path call a test makes. The fault tests do not lean on this timer: a restarted Redis is
+# seen on connect and a failure drops trust at once (tests/test_faults_cache.py).
+os.environ.setdefault("TOOLROOM_CACHE_REVALIDATE_SECONDS", "30")
 
 from registry.settings import *  # noqa: F403
 
