@@ -52,6 +52,7 @@ class CeleryWorker:
         log: Path,
         *,
         queues: str = "toolroom,discovery,runtime",
+        concurrency: int = 4,
         env: dict[str, str] | None = None,
     ) -> None:
         if not settings.CELERY_BROKER_URL.startswith("redis"):
@@ -66,7 +67,7 @@ class CeleryWorker:
             **(env or {}),
         }
         argv = [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", queues]
-        argv += ["-P", "threads", "-c", "4", "-n", self.node]
+        argv += ["-P", "threads", "-c", str(concurrency), "-n", self.node]
         argv += ["--without-gossip", "--without-mingle", "-l", "info"]
         with log.open("a") as output:
             self.process = subprocess.Popen(
