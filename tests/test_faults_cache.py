@@ -224,3 +224,32 @@ def test_redis_restarted_empty_is_refilled_from_the_database(
     status, headers, body = _fast(token)
     assert (status, headers["x-toolroom-cache"]) == (200, "hit")
     assert b"files__read_file" not in body
+
+
+def test_the_admin_keeps_working_while_redis_is_down(
+    owned_redis, settings, admin_client, django_capture_on_commit_callbacks
+):
+    """In the compose stack Redis is the cache and the broker: with it down, admin pages and
+    operations answer (work is sent later: beat's loops, the discovery outbox), never 500."""
+    from django.urls import reverse
+
+    from registry.core import task_queue
+
+    settings.CELERY_BROKER_URL = owned_redis.url
+    task_queue._client.cache_clear()
+    try:
+        server = approved_server("admin-down", {"read_file": READ})
+        token = AgentTokenFactory()
+        owned_redis.stop()
+
+        assert admin_client.get("/admin/").status_code == 200
+        assert admin_client.get("/admin/teams/agenttoken/").status_code == 200
+        assert admin_client.get(f"/admin/teams/agenttoken/{token.pk}/change/").status_code == 200
+        for operation in ("check", "discover", "start"):
+            with django_capture_on_commit_callbacks(execute=True):
+                answer = admin_client.post(
+                    reverse("admin:servers_mcpserver_operate", args=[server.pk, operation])
+                )
+            assert answer.status_code == 302, operation
+    finally:
+        task_queue._client.cache_clear()

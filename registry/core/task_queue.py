@@ -76,9 +76,15 @@ def enqueue(
     expires: float | None = None,
     countdown: float | None = None,
 ) -> None:
-    """Send a task once the current transaction commits, so the worker sees what it refers to."""
+    """Send a task once the current transaction commits, so the worker sees what it refers to.
+
+    A broker that is down does not fail the request that committed (`robust`: the error is
+    logged): what these tasks do is remade by beat's loops (reconcile, sweeps), and discovery,
+    which must not be lost, keeps its own outbox (registry/servers/discovery.py).
+    """
     transaction.on_commit(
         lambda: send_now(
             name, args=args, queue=queue, worker=worker, expires=expires, countdown=countdown
-        )
+        ),
+        robust=True,
     )

@@ -84,7 +84,7 @@ def discovery_request(*, server: McpServer, actor: Actor, trigger: str) -> Disco
         run = DiscoveryRun.objects.create(
             server=server, trigger=trigger, requested_by=actor_label(actor)
         )
-        transaction.on_commit(lambda: discovery_send(run_id=run.pk))
+        transaction.on_commit(lambda: discovery_send(run_id=run.pk), robust=True)
     return run
 
 
@@ -212,7 +212,7 @@ def discovery_janitor() -> dict[str, int]:
             locked.recoveries = [*locked.recoveries, {"at": now.isoformat(), "what": why}][-20:]
             locked.save(update_fields=["status", "lease_until", "enqueued_at", "recoveries"])
             logger.warning("discovery run %s of server %s: %s", locked.pk, locked.server_id, why)
-            transaction.on_commit(lambda pk=locked.pk: discovery_send(run_id=pk))  # type: ignore[misc]
+            transaction.on_commit(lambda pk=locked.pk: discovery_send(run_id=pk), robust=True)  # type: ignore[misc]
     return counts
 
 
