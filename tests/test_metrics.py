@@ -80,6 +80,30 @@ def test_the_fleet_state_is_read_at_scrape_time(client):
     assert "toolroom_catalogue_requests_total" in text
 
 
+def test_sandbox_containers_come_from_the_workers_heartbeats(client):
+    from registry.core.models import ProcessHeartbeat
+    from workers.heartbeat import sandbox_state
+
+    seen = sandbox_state()  # the real engine the test machine runs (scripts/ensure-docker)
+    assert seen["docker"] == "ok"
+    assert seen["sandbox_containers"] >= 0
+    now = timezone.now()
+    for name, count in (("worker@a", 3), ("runtime@a", 3)):  # one owner, seen by two workers
+        ProcessHeartbeat.objects.create(
+            name=name,
+            kind="worker",
+            host="a",
+            pid=1,
+            started_at=now,
+            beat_at=now,
+            details={"docker": "ok", "sandbox_owner": "a", "sandbox_containers": count},
+        )
+
+    text = client.get("/metrics").content.decode()
+
+    assert 'toolroom_sandbox_containers{owner="a"} 3.0' in text
+
+
 def test_the_dashboard_and_alert_rules_use_only_metrics_toolroom_exposes(client):
     import json
     import re

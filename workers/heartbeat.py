@@ -24,18 +24,27 @@ _stop = threading.Event()
 _thread: threading.Thread | None = None
 
 
-def docker_engine_state() -> str:
-    """'ok', 'not configured' (no DOCKER_HOST, no local socket), or what went wrong."""
+def sandbox_state() -> dict[str, Any]:
+    """The Docker engine as this worker sees it: `docker` is 'ok', 'not configured' (no
+    DOCKER_HOST, no local socket) or what went wrong; with an engine, how many sandbox containers
+    (servers and their proxies) this worker's owner label has running."""
     if not os.environ.get("DOCKER_HOST") and not os.path.exists("/var/run/docker.sock"):
-        return "not configured"
+        return {"docker": "not configured"}
     from workers.adapters.sandbox.engine import connect_engine  # noqa: PLC0415
+    from workers.adapters.sandbox.spec import LABEL_MANAGED, LABEL_OWNER  # noqa: PLC0415
+    from workers.sandboxing import sandbox_owner  # noqa: PLC0415
 
+    owner = sandbox_owner()
     try:
         engine = connect_engine(timeout=3)
-    except Exception as exc:
-        return f"failing: {exc}"[:300]
-    engine.close()
-    return "ok"
+        try:
+            labels = [f"{LABEL_MANAGED}=true", f"{LABEL_OWNER}={owner}"]
+            containers = len(engine.containers.list(filters={"label": labels}))
+        finally:
+            engine.close()
+    except Exception as exc:  # reported, not raised: the heartbeat goes on
+        return {"docker": f"failing: {exc}"[:300], "sandbox_owner": owner}
+    return {"docker": "ok", "sandbox_owner": owner, "sandbox_containers": containers}
 
 
 def heartbeat_start(*, kind: str, name: str, details: Callable[[], dict[str, Any]]) -> None:

@@ -17,7 +17,7 @@ from registry.core import task_queue
 from registry.core.models import ProcessKind
 from registry.core.request_ids import TASK_HEADER, current_request_id
 from registry.servers.runtime import runtime_forget_owner
-from workers.heartbeat import docker_engine_state, heartbeat_start, heartbeat_stop
+from workers.heartbeat import heartbeat_start, heartbeat_stop, sandbox_state
 from workers.janitor import kill_orphans
 from workers.runtime import start_manager, stop_manager
 from workers.sandboxing import clean_up_orphans
@@ -47,7 +47,7 @@ def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
     heartbeat_start(
         kind=ProcessKind.RUNTIME if task_queue.RUNTIME_QUEUE in queues else ProcessKind.WORKER,
         name=sender.hostname,
-        details=lambda: {"queues": queues, "docker": docker_engine_state()},
+        details=lambda: {"queues": queues, **sandbox_state()},
     )
     if task_queue.RUNTIME_QUEUE not in queues:
         return

@@ -221,9 +221,24 @@ class FleetCollector(Collector):
             "Seconds since each worker, runtime worker and beat last wrote its heartbeat.",
             labels=["kind", "name"],
         )
+        containers = GaugeMetricFamily(
+            "toolroom_sandbox_containers",
+            "Sandbox containers (servers and proxies) running per owner label, as its workers "
+            "last saw them.",
+            labels=["owner"],
+        )
+        by_owner: dict[str, int] = {}
+        fresh = now - timedelta(seconds=settings.TOOLROOM_HEARTBEAT_STALE_SECONDS)
         for beat in ProcessHeartbeat.objects.filter(beat_at__gte=day_ago):
             ages.add_metric([beat.kind, beat.name], (now - beat.beat_at).total_seconds())
+            count = beat.details.get("sandbox_containers")
+            if beat.beat_at >= fresh and isinstance(count, int):
+                owner = str(beat.details.get("sandbox_owner", beat.host))
+                by_owner[owner] = max(count, by_owner.get(owner, 0))
+        for owner, count in by_owner.items():
+            containers.add_metric([owner], count)
         yield ages
+        yield containers
 
 
 def metrics_exposition() -> bytes:
