@@ -234,6 +234,11 @@ class CatalogueCache:
         current = self.process_cache
         return current.serial == self.serial and current.epoch == self.epoch
 
+    def usable(self) -> bool:
+        """The circuit is closed: a failure since the handle was made means no more round trips
+        (each would cost another timeout)."""
+        return self.process_cache.open_until <= time.monotonic()
+
     def redis(self, key: str) -> Any | None:
         """The raw redis-py client for `key` (scripts, plain values), or None without Redis."""
         if not isinstance(self.backend, RedisCache):
@@ -245,6 +250,8 @@ class CatalogueCache:
         return str(self.backend.make_and_validate_key(key))
 
     def get(self, key: str) -> Any:
+        if not self.usable():
+            return None
         try:
             return self.backend.get(key)
         except CACHE_ERRORS as exc:
@@ -252,6 +259,8 @@ class CatalogueCache:
             return None
 
     def get_many(self, keys: list[str]) -> dict[str, Any]:
+        if not self.usable():
+            return {}
         try:
             return dict(self.backend.get_many(keys))
         except CACHE_ERRORS as exc:
@@ -259,6 +268,8 @@ class CatalogueCache:
             return {}
 
     def set(self, key: str, value: Any, timeout: float | None) -> bool:
+        if not self.usable():
+            return False
         try:
             self.backend.set(key, value, timeout)
         except CACHE_ERRORS as exc:
@@ -268,6 +279,8 @@ class CatalogueCache:
 
     def add(self, key: str, value: Any, timeout: float | None) -> bool | None:
         """True if added, False if present, None if the cache failed."""
+        if not self.usable():
+            return None
         try:
             return bool(self.backend.add(key, value, timeout))
         except CACHE_ERRORS as exc:
@@ -275,6 +288,8 @@ class CatalogueCache:
             return None
 
     def delete_many(self, keys: list[str]) -> bool:
+        if not self.usable():
+            return False
         try:
             self.backend.delete_many(keys)
         except CACHE_ERRORS as exc:

@@ -93,6 +93,8 @@ def state_key(team_id: int, *, cache: CatalogueCache) -> str:
 
 
 def _state_get(cache: CatalogueCache, team_id: int) -> CatalogueState | None:
+    if not cache.usable():
+        return None
     key = state_key(team_id, cache=cache)
     client = cache.redis(key)
     try:
@@ -112,6 +114,8 @@ def _states_set_if_newer(
     """Write the states unless the cache holds newer ones; False if the cache failed."""
     if not states:
         return True
+    if not cache.usable():
+        return False
     keys = [state_key(team_id, cache=cache) for team_id in states]
     client = cache.redis(keys[0])
     try:
