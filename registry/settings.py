@@ -137,6 +137,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "registry.core.request_ids.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -208,6 +209,10 @@ else:
     # hands connections to requests and takes them back; with it, CONN_MAX_AGE must be 0.
     if env.bool("DATABASE_POOL", default=True):
         _db["CONN_MAX_AGE"] = 0
+        # A connection PostgreSQL closed (restart, pg_terminate_backend, a proxy's idle timeout)
+        # is noticed when the pool hands it out (Django passes psycopg_pool's check_connection),
+        # not by the request that would use it: one round trip per checkout, and it is replaced.
+        _db["CONN_HEALTH_CHECKS"] = True
         _db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": env.int("DATABASE_POOL_MIN_SIZE", default=1),
             "max_size": env.int("DATABASE_POOL_MAX_SIZE", default=10),
@@ -241,6 +246,43 @@ else:
         }
     }
 
+# The catalogue's cache (registry/catalogue/cache.py): a Redis that is down or frozen costs one
+# timeout this short, then the circuit stays open (answers from the database, marked degraded) for
+# the retry time; each process confirms the cache epoch with the database this often.
+TOOLROOM_CACHE_TIMEOUT_SECONDS: float = env.float("TOOLROOM_CACHE_TIMEOUT_SECONDS", default=0.25)
+TOOLROOM_CACHE_RETRY_SECONDS: float = env.float("TOOLROOM_CACHE_RETRY_SECONDS", default=5.0)
+TOOLROOM_CACHE_REVALIDATE_SECONDS: float = env.float(
+    "TOOLROOM_CACHE_REVALIDATE_SECONDS", default=1.0
+)
+
+# Heartbeats of workers, runtime workers and beat (workers/heartbeat.py): written this often,
+# and a process whose last one is older than the stale time counts as gone (`/readyz`, probes).
+TOOLROOM_HEARTBEAT_SECONDS: float = env.float("TOOLROOM_HEARTBEAT_SECONDS", default=15.0)
+TOOLROOM_HEARTBEAT_STALE_SECONDS: float = env.float(
+    "TOOLROOM_HEARTBEAT_STALE_SECONDS", default=60.0
+)
+# The queues whose depth `/readyz` reports (with the Redis broker).
+TOOLROOM_QUEUES_WATCHED: list[str] = env.list(
+    "TOOLROOM_QUEUES_WATCHED", default=["toolroom", "discovery", "runtime"]
+)
+# Discovery runs (registry/servers/discovery.py): a worker holds a run under a lease it renews every
+# third of it; the janitor (beat, every 30 s) retries a run whose lease expired, at most this many
+# attempts in all, and sends again a task the broker has not started after the redeliver time.
+TOOLROOM_DISCOVERY_LEASE_SECONDS: float = env.float("TOOLROOM_DISCOVERY_LEASE_SECONDS", default=60)
+TOOLROOM_DISCOVERY_MAX_ATTEMPTS: int = env.int("TOOLROOM_DISCOVERY_MAX_ATTEMPTS", default=3)
+TOOLROOM_DISCOVERY_REDELIVER_SECONDS: float = env.float(
+    "TOOLROOM_DISCOVERY_REDELIVER_SECONDS", default=900
+)
+
+# /metrics (registry/core/metrics.py): open to a bearer token, or to clients in these networks.
+TOOLROOM_METRICS_TOKEN: str = env.str("TOOLROOM_METRICS_TOKEN", default="")
+TOOLROOM_METRICS_ALLOWED_NETWORKS: list[str] = env.list(
+    "TOOLROOM_METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"]
+)
+# prometheus-client's multiprocess mode (uvicorn's workers write their samples there).
+if env.str("PROMETHEUS_MULTIPROC_DIR", default=""):
+    Path(env.str("PROMETHEUS_MULTIPROC_DIR")).mkdir(parents=True, exist_ok=True)
+
 # --- Celery (the workers) ---------------------------------------------------------------------
 
 # Redis when REDIS_URL is set; otherwise the embedded default, a broker in files under
@@ -263,6 +305,11 @@ elif CELERY_BROKER_URL.startswith(("redis:", "rediss:")):
     # Several Toolroom installations (or test runs) may share one Redis: keep their queues apart.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "global_keyprefix": env.str("TOOLROOM_BROKER_KEY_PREFIX", default=""),
+        # Tasks are acknowledged late (after they ran); one taken by a worker that died is given
+        # to another after this long. Deliberately just above the hard time limit (not Redis's
+        # 1 h default): no live task is ever handed out twice, a dead one is back within minutes.
+        # Discovery does not wait for it: its lease and the janitor recover runs sooner.
+        "visibility_timeout": env.int("CELERY_TASK_TIME_LIMIT", default=660) + 60,
     }
 CELERY_TASK_DEFAULT_QUEUE = "toolroom"
 CELERY_TASK_SERIALIZER = "json"
@@ -427,11 +474,26 @@ SPECTACULAR_SETTINGS = {
 
 # --- Logging -----------------------------------------------------------------------------------
 
+# LOG_FORMAT=json: one JSON object a line, with the request id that follows a request into the
+# tasks it starts (registry/core/request_ids.py).
+LOG_FORMAT: str = env.str("LOG_FORMAT", default="plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be plain or json, not {LOG_FORMAT!r}.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"request_id": {"()": "registry.core.request_ids.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "registry.core.request_ids.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["request_id"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
 
@@ -476,6 +538,13 @@ TOOLROOM_HEALTH_BATCH_SIZE: int = env.int("TOOLROOM_HEALTH_BATCH_SIZE", default=
 TOOLROOM_HEALTH_CONCURRENCY: int = env.int("TOOLROOM_HEALTH_CONCURRENCY", default=50)
 # A runtime worker that has not reported for this long (seconds) has lost its warm servers.
 TOOLROOM_RUNTIME_STALE_SECONDS: int = env.int("TOOLROOM_RUNTIME_STALE_SECONDS", default=60)
+# A warm runtime that ran this long before crashing gets its restart budget back.
+TOOLROOM_RUNTIME_STABLE_SECONDS: int = env.int("TOOLROOM_RUNTIME_STABLE_SECONDS", default=300)
+# Status shows "owner lost" for a runtime whose worker's heartbeat is older than this (the claim
+# itself may be taken over only after TOOLROOM_RUNTIME_STALE_SECONDS).
+TOOLROOM_RUNTIME_OWNER_LOST_SECONDS: int = env.int(
+    "TOOLROOM_RUNTIME_OWNER_LOST_SECONDS", default=15
+)
 # How long discovery waits for a server to answer its handshake (package runners such as npx
 # and uvx may download the server first).
 TOOLROOM_DISCOVERY_TIMEOUT_SECONDS: int = env.int("TOOLROOM_DISCOVERY_TIMEOUT_SECONDS", default=60)

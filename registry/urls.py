@@ -1,8 +1,10 @@
-"""Toolroom's URL map: the admin (the vetting workplace), the team portal, the API, its schema."""
+"""Toolroom's URL map: the admin (the vetting workplace), the team portal, the API, its schema,
+the probes."""
 
 from django.contrib import admin
 from django.urls import include, path
 
+from registry.core.views import healthz, metrics, readyz
 from registry.portal.urls import oidc_urlpatterns
 from registry.portal.views import landing
 
@@ -13,6 +15,9 @@ admin.site.index_title = "Registry administration"
 urlpatterns = [
     # Staff land in the admin, everyone else in the team portal.
     path("", landing, name="landing"),
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("portal/", include("registry.portal.urls")),
     *oidc_urlpatterns,

@@ -51,7 +51,7 @@ def quickstart_processes(*, port: int) -> list[ChildSpec]:
     """What `make run` keeps running, in start order (stopped in reverse).
 
     Without REDIS_URL the worker and beat use the embedded broker (files under var/broker):
-    real processes, no service to install. One worker takes both queues with the threads pool,
+    real processes, no service to install. One worker takes all three queues with the threads pool,
     so it also holds the warm runtimes.
     """
     web = [PYTHON, "-m", "uvicorn", "registry.asgi:application"]
@@ -61,7 +61,7 @@ def quickstart_processes(*, port: int) -> list[ChildSpec]:
         *celery,
         "worker",
         "-Q",
-        "toolroom,runtime",
+        "toolroom,discovery,runtime",
         "-P",
         "threads",
         "-c",

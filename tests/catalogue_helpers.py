@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from registry.catalogue.fastpath import CatalogueFastPath
 from registry.servers import services as server_services
 from registry.servers.models import McpServer, ServerStatus, Tool
 from registry.servers.signals import announce_visibility_change, server_visibility_changed
@@ -57,3 +59,46 @@ def visibility_changes() -> Iterator[list[tuple[list[int], str]]]:
         yield received
     finally:
         server_visibility_changed.disconnect(receiver)
+
+
+# The status the stand-in for Django answers with in fast-path tests: "the fast path let it pass".
+DJANGO_ANSWERED = 599
+
+
+async def _django_stub(scope, receive, send):
+    await send({"type": "http.response.start", "status": DJANGO_ANSWERED, "headers": []})
+    await send({"type": "http.response.body", "body": b"django"})
+
+
+def fast_path_call(requests):
+    """Run (path, query, headers) requests through a fresh ASGI fast path in one event loop;
+    (status, headers, body) for each, DJANGO_ANSWERED where it left the request to Django."""
+
+    async def run():
+        app = CatalogueFastPath(_django_stub)
+        answers = []
+        for path, query, headers in requests:
+            sent: list[Any] = []
+
+            async def send(message, sent=sent):
+                sent.append(message)
+
+            async def receive():
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+            scope = {
+                "type": "http",
+                "method": "GET",
+                "path": path,
+                "query_string": query.encode(),
+                "scheme": "http",
+                "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+            }
+            await app(scope, receive, send)
+            start, body = sent[0], b"".join(m.get("body", b"") for m in sent[1:])
+            answers.append(
+                (start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, body)
+            )
+        return answers
+
+    return asyncio.run(run())

@@ -12,6 +12,11 @@ os.environ.setdefault("TOOLROOM_CACHE_PREFIX", f"test-{os.getpid()}")
 # elsewhere wrong tokens and requests from earlier tests must not add up to a 429.
 os.environ.setdefault("TOOLROOM_THROTTLE_TOKEN_FAILURES", "100000/min")
 os.environ.setdefault("TOOLROOM_THROTTLE_ACCESS_REQUESTS", "100000/hour")
+# The ASGI fast path reads only under a cache epoch confirmed within this time; a loaded machine
+# may take more than the default second between the Django request that confirms it and the
+# fast-path call a test makes. The fault tests do not lean on this timer: a restarted Redis is
+# seen on connect and a failure drops trust at once (tests/test_faults_cache.py).
+os.environ.setdefault("TOOLROOM_CACHE_REVALIDATE_SECONDS", "30")
 
 from registry.settings import *  # noqa: F403
 

@@ -30,7 +30,7 @@ def test_discover_now_queues_a_run_on_the_real_broker(
 ):
     server = McpServerFactory()
     client.force_login(bob)
-    before = _queue_length("toolroom")
+    before = _queue_length("discovery")
 
     with django_capture_on_commit_callbacks(execute=True):
         response = _operate(client, server, "discover")
@@ -39,7 +39,7 @@ def test_discover_now_queues_a_run_on_the_real_broker(
     run = DiscoveryRun.objects.get(server=server, trigger="admin")
     assert run.status == "queued"
     assert run.requested_by == "bob"
-    assert _queue_length("toolroom") == before + 1
+    assert _queue_length("discovery") == before + 1
 
 
 def test_operations_need_a_post_and_the_change_permission(client, charlie):

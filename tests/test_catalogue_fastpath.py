@@ -3,57 +3,15 @@ same way Django would; everything else, errors included, is left to Django."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 import pytest
 
-from registry.catalogue.fastpath import CatalogueFastPath
 from registry.teams import services
-from tests.catalogue_helpers import READ, approved_server
+from tests.catalogue_helpers import DJANGO_ANSWERED, READ, approved_server, fast_path_call
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("redis_cache")]
 
-DJANGO_ANSWERED = 599
-
-
-async def _django_stub(scope, receive, send):
-    await send({"type": "http.response.start", "status": DJANGO_ANSWERED, "headers": []})
-    await send({"type": "http.response.body", "body": b"django"})
-
-
-def _call(requests):
-    """Run (path, query, headers) requests through a fresh fast path in one event loop."""
-
-    async def run():
-        app = CatalogueFastPath(_django_stub)
-        answers = []
-        for path, query, headers in requests:
-            sent: list[Any] = []
-
-            async def send(message, sent=sent):
-                sent.append(message)
-
-            async def receive():
-                return {"type": "http.request", "body": b"", "more_body": False}
-
-            scope = {
-                "type": "http",
-                "method": "GET",
-                "path": path,
-                "query_string": query.encode(),
-                "scheme": "http",
-                "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-            }
-            await app(scope, receive, send)
-            start, body = sent[0], b"".join(m.get("body", b"") for m in sent[1:])
-            answers.append(
-                (start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, body)
-            )
-        return answers
-
-    return asyncio.run(run())
+_call = fast_path_call
 
 
 @pytest.fixture

@@ -131,6 +131,19 @@ def test_the_processes_are_the_web_server_the_worker_and_beat(compose):
         "-Q",
         "toolroom",
     ]
+    assert services["discovery"]["command"][:6] == [
+        "celery",
+        "-A",
+        "workers",
+        "worker",
+        "-Q",
+        "discovery",
+    ]
+    for name in ("web", "worker", "discovery", "runtime", "beat"):
+        assert "healthcheck" in services[name], name
+    assert "/readyz" in " ".join(services["web"]["healthcheck"]["test"])
+    for name, kind in (("worker", "worker"), ("runtime", "runtime"), ("beat", "beat")):
+        assert services[name]["healthcheck"]["test"][-3:] == ["manage.py", "probe", kind]
     runtime = services["runtime"]["command"]
     assert runtime[:6] == ["celery", "-A", "workers", "worker", "-Q", "runtime"]
     assert "--pool=threads" in runtime

@@ -157,7 +157,7 @@ def test_the_quickstart_serves_the_asgi_app_on_loopback_only():
     assert web.argv[web.argv.index("--host") + 1] == "127.0.0.1"
     assert web.argv[web.argv.index("--port") + 1] == "8123"
     # One worker takes both queues with the threads pool, so it also holds warm runtimes.
-    assert worker.argv[worker.argv.index("-Q") + 1] == "toolroom,runtime"
+    assert worker.argv[worker.argv.index("-Q") + 1] == "toolroom,discovery,runtime"
     assert worker.argv[worker.argv.index("-P") + 1] == "threads"
     assert beat.argv[1:7] == ["-m", "celery", "-A", "workers", "--quiet", "beat"]
 

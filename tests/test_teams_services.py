@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from registry.audit.models import AuditEvent
+from registry.catalogue.cache import catalogue_cache
 from registry.catalogue.versions import CatalogueState, _states_set_if_newer, catalogue_state
 from registry.core.errors import ApplicationError
 from registry.servers import services as server_services
@@ -238,15 +239,21 @@ def test_token_names_are_unique_among_a_teams_usable_tokens(team):
 def test_the_cached_version_never_goes_backwards(team, redis_cache):
     current = catalogue_state(team_id=team.pk)
 
-    _states_set_if_newer({team.pk: CatalogueState(version=current.version + 5, valid_until=None)})
-    _states_set_if_newer({team.pk: CatalogueState(version=current.version, valid_until=None)})
+    _states_set_if_newer(
+        catalogue_cache(), {team.pk: CatalogueState(version=current.version + 5, valid_until=None)}
+    )
+    _states_set_if_newer(
+        catalogue_cache(), {team.pk: CatalogueState(version=current.version, valid_until=None)}
+    )
 
     assert catalogue_state(team_id=team.pk).version == current.version + 5
 
 
 def test_a_state_past_its_expiry_is_bumped_once(team, redis_cache):
     version = Team.objects.get(pk=team.pk).catalogue_version
-    _states_set_if_newer({team.pk: CatalogueState(version=version, valid_until=1.0)})
+    _states_set_if_newer(
+        catalogue_cache(), {team.pk: CatalogueState(version=version, valid_until=1.0)}
+    )
 
     state = catalogue_state(team_id=team.pk)
 

@@ -8,16 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
-import uuid
-from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from registry.core import task_queue
 from registry.servers import services
@@ -31,91 +24,23 @@ from registry.servers.models import (
     RuntimeState,
     ServerStatus,
 )
-from registry.servers.runtime import runtime_request
+from registry.servers.runtime import runtime_display_state, runtime_request
+from tests.celery_worker import CeleryWorker, wait_for
 from tests.mcp_fixtures import scenario_argv
 from tests.process_hygiene import server_processes_started_by
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _database_url() -> str:
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    user = quote(db.get("USER") or "")
-    password = f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else ""
-    host = db.get("HOST") or "127.0.0.1"
-    port = f":{db['PORT']}" if db.get("PORT") else ""
-    return f"postgres://{user}{password}@{host}{port}/{db['NAME']}"
-
-
-def _wait_for(condition, *, timeout, what, log=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
-    raise AssertionError(f"timed out waiting for {what}\n--- worker log ---\n{tail}")
+_wait_for = wait_for
 
 
 @pytest.fixture
 def worker(tmp_path):
-    if not settings.CELERY_BROKER_URL.startswith("redis"):
-        pytest.fail("The worker tests need the real Redis broker: set REDIS_URL (make test does).")
-    node = f"e2e-{uuid.uuid4().hex[:8]}@{os.uname().nodename}"
-    log = tmp_path / "worker.log"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "registry.settings",
-        "TOOLROOM_PROFILE": "test",
-        "DATABASE_URL": _database_url(),
-    }
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "workers",
-                "worker",
-                "-Q",
-                "toolroom,runtime",
-                "-P",
-                "threads",
-                "-c",
-                "4",
-                "-n",
-                node,
-                "--without-gossip",
-                "--without-mingle",
-                "-l",
-                "info",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
+    process = CeleryWorker(tmp_path / "worker.log")
     try:
-        _wait_for(
-            lambda: "ready." in log.read_text() or process.poll() is not None,
-            timeout=60,
-            what="the worker to be ready",
-            log=log,
-        )
-        assert process.poll() is None, log.read_text()[-3000:]
-        yield {"node": node, "process": process, "log": log}
+        yield {"node": process.node, "process": process.process, "log": process.log}
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        process.stop()
 
 
 def _status(server):
@@ -208,9 +133,18 @@ def test_a_killed_worker_takes_its_servers_with_it(worker):
     )
     tag = f"{os.uname().nodename}:{worker['process'].pid}"
     assert server_processes_started_by({tag})
+    assert runtime_display_state(_status(server)) == RuntimeState.RUNNING
 
     worker["process"].kill()
     worker["process"].wait()
+
+    # Status says so within seconds (TOOLROOM_RUNTIME_OWNER_LOST_SECONDS), not "running" for the
+    # minute until another worker may take the claim over.
+    _wait_for(
+        lambda: runtime_display_state(_status(server)) == "owner lost",
+        timeout=settings.TOOLROOM_RUNTIME_OWNER_LOST_SECONDS + 10,
+        what='"owner lost"',
+    )
 
     # The kernel ends the server with its parent (parent-death signal), not a clean-up later.
     _wait_for(

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 import anyio
+from django.conf import settings
+from django.db import close_old_connections
 
-from registry.servers.discovery import DiscoveryOutcome, discovery_claim, discovery_record
+from registry.servers.discovery import (
+    DiscoveryOutcome,
+    discovery_claim,
+    discovery_lease_renew,
+    discovery_record,
+)
 from registry.servers.launch import LaunchPlan, server_launch_plan
 from workers.adapters.mcp_client import McpConnection, McpFailure, connect, elapsed_ms
 from workers.launch import discovery_deadlines, target_for
 from workers.runtime_host import current_manager
+
+logger = logging.getLogger(__name__)
 
 
 async def list_everything(
@@ -74,15 +87,41 @@ async def discover_plan(plan: LaunchPlan) -> DiscoveryOutcome:
     return replace(outcome, launched=launched)
 
 
+@contextmanager
+def discovery_lease_kept(run_id: int) -> Iterator[None]:
+    """Renew the run's lease every third of it while the block runs (a thread: the discovery
+    itself may block in the SDK). A failed renewal (database blip) is retried at the next one."""
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(settings.TOOLROOM_DISCOVERY_LEASE_SECONDS / 3):
+            try:
+                discovery_lease_renew(run_id=run_id)
+            except Exception:
+                logger.exception("lease of discovery run %s not renewed; retrying", run_id)
+            finally:
+                close_old_connections()
+
+    thread = threading.Thread(target=renew, name=f"discovery-lease-{run_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)
+
+
 def run_discovery(run_id: int) -> None:
-    """Claim a discovery run, discover, record. Runs in a worker; safe to run twice."""
+    """Claim a discovery run under a lease, discover, record. Runs in a worker; safe to run twice
+    (a redelivered task restarts a run only once the lease of the worker that had it expired)."""
     run = discovery_claim(run_id=run_id)
     if run is None:
         return
-    plan = server_launch_plan(server=run.server)
-    manager = current_manager()
-    if manager is not None and manager.holds(plan.server_id):
-        outcome = manager.discover(plan.server_id)
-    else:
-        outcome = anyio.run(discover_plan, plan)
+    with discovery_lease_kept(run.pk):
+        plan = server_launch_plan(server=run.server)
+        manager = current_manager()
+        if manager is not None and manager.holds(plan.server_id):
+            outcome = manager.discover(plan.server_id)
+        else:
+            outcome = anyio.run(discover_plan, plan)
     discovery_record(run=run, outcome=outcome)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
-from django.db import close_old_connections
+from django.conf import settings
+from django.db import close_old_connections, connection
 
 from registry.servers.discovery import DiscoveryOutcome
 from registry.servers.health import HealthResult
@@ -44,7 +45,9 @@ from workers.runtime_host import current_manager, set_manager
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-HEARTBEAT_SECONDS = 10.0
+HEARTBEAT_SECONDS = 5.0
+# A failed heartbeat is retried this many times (with backoff) before the round is given up.
+HEARTBEAT_ATTEMPTS = 4
 RESTART_BACKOFF_BASE = 1.0
 RESTART_BACKOFF_MAX = 60.0
 COMMAND_TIMEOUT = 120.0
@@ -56,6 +59,10 @@ async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     def call() -> T:
         try:
             return fn(*args, **kwargs)
+        except Exception:
+            # A connection the server closed stays broken in this thread: drop it now.
+            connection.close_if_unusable_or_obsolete()
+            raise
         finally:
             close_old_connections()
 
@@ -89,6 +96,7 @@ class WarmRuntime:
         self.stopping = False
         self.restarts = 0
         self.last_error = ""
+        self.running_since: float | None = None  # monotonic, while a session is up
         self.task: asyncio.Task[None] | None = None
 
     @property
@@ -136,6 +144,15 @@ class WarmRuntime:
                 self.last_error = failure.describe()
                 self.ready.clear()
                 self.announced.clear()
+                if (
+                    self.running_since is not None
+                    and time.monotonic() - self.running_since
+                    >= settings.TOOLROOM_RUNTIME_STABLE_SECONDS
+                ):
+                    # It ran long enough to count as healthy: this crash starts a new budget,
+                    # rather than the 4th crash in a runtime's whole life disabling it for good.
+                    self.restarts = 0
+                self.running_since = None
                 exhausted = (
                     self.plan.restart_policy == "never"
                     or self.restarts >= self.plan.restart_max_attempts
@@ -171,6 +188,7 @@ class WarmRuntime:
             target = await target_for(self.plan)
             async with connect(target, deadlines=deadlines) as connection:
                 self.ready.set()
+                self.running_since = time.monotonic()
                 await self._report(RuntimeState.RUNNING, stderr=connection.stderr_tail())
                 self.announced.set()
                 if self.stopping:  # another worker holds it now
@@ -198,7 +216,20 @@ class WarmRuntime:
                 if not request.future.done():
                     request.future.set_result(result)
 
+        async def watch() -> None:
+            """A local server's process exit is noticed at once, not at the next probe."""
+            await connection.wait_process_gone()
+            death.append(
+                McpFailure(
+                    "closed",
+                    "The server process exited.",
+                    stderr_tail=connection.stderr_tail(),
+                )
+            )
+            await self.queue.put(_DEAD)
+
         async with anyio.create_task_group() as group:
+            group.start_soon(watch)
             while True:
                 item = await self.queue.get()
                 if item is _STOP:
@@ -279,10 +310,8 @@ class RuntimeManager:
         while True:
             await asyncio.sleep(self.heartbeat_seconds)
             held = [pk for pk, runtime in self.runtimes.items() if not runtime.finished.is_set()]
-            try:
-                lost = await _db(runtime_heartbeat, owner=self.owner, server_ids=held)
-            except Exception:
-                logger.exception("runtime heartbeat failed")
+            lost = await self._renew(held)
+            if lost is None:
                 continue
             for pk in lost:
                 runtime = self.runtimes.pop(pk, None)
@@ -290,6 +319,24 @@ class RuntimeManager:
                     logger.warning("lost the claim on %s; stopping it here", runtime.plan.slug)
                     runtime.stopping = True
                     await runtime.queue.put(_STOP)
+
+    async def _renew(self, held: list[int]) -> list[int] | None:
+        """Renew the claims, retrying a failure (a database blip: the broken connection is
+        closed and the next try gets a new one) a few times within the heartbeat period before
+        giving up this round; claims go stale only after TOOLROOM_RUNTIME_STALE_SECONDS."""
+        for attempt in range(HEARTBEAT_ATTEMPTS):
+            try:
+                return await _db(runtime_heartbeat, owner=self.owner, server_ids=held)
+            except Exception:
+                logger.warning(
+                    "runtime heartbeat failed (attempt %d of %d)",
+                    attempt + 1,
+                    HEARTBEAT_ATTEMPTS,
+                    exc_info=True,
+                )
+                await asyncio.sleep(min(2**attempt * 0.5, self.heartbeat_seconds / 4))
+        logger.error("runtime heartbeat failed %d times; next try next period", HEARTBEAT_ATTEMPTS)
+        return None
 
     async def _command(self, server_id: int, action: str) -> str:
         if action in ("stop", "restart"):

@@ -19,7 +19,7 @@ from registry.notifications.services import (
     access_request_email_send,
     webhook_delivery_attempt,
 )
-from registry.servers.discovery import discovery_request
+from registry.servers.discovery import discovery_janitor, discovery_request
 from registry.servers.health import (
     health_claim_due,
     health_dispatch,
@@ -108,6 +108,12 @@ def runtime_reconcile() -> dict[str, int]:
     for pk, owner in plan.stop:
         task_queue.send_now(task_queue.RUNTIME_COMMAND, args=[pk, "stop"], worker=owner, expires=60)
     return {"start": len(plan.start), "stop": len(plan.stop)}
+
+
+@app.task(name=task_queue.DISCOVERY_JANITOR)
+def discovery_janitor_task() -> dict[str, int]:
+    """Retry or fail discovery runs whose worker died; send again what the broker lost."""
+    return discovery_janitor()
 
 
 @app.task(name=task_queue.DISCOVERY_SCHEDULE)

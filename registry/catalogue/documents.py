@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.http import parse_etags
 
-from registry.catalogue.cache import hot_cache
+from registry.catalogue.cache import catalogue_cache
 from registry.catalogue.versions import CatalogueState
 from registry.teams.tokens import AgentIdentity
 
@@ -73,11 +73,12 @@ def catalogue_document(*, etag: str, build: Callable[[], Any]) -> CatalogueDocum
     """The document for `etag`, from the cache or built (and cached) now."""
     ttl = settings.TOOLROOM_CATALOGUE_CACHE_SECONDS
     key = document_key(etag)
-    if ttl > 0:
-        body = hot_cache().get(key)
+    cache = catalogue_cache() if ttl > 0 else None
+    if cache is not None:
+        body = cache.get(key)
         if body is not None:
             return CatalogueDocument(etag=etag, body=body, from_cache=True)
     body = json.dumps(build(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    if ttl > 0:
-        hot_cache().set(key, body, ttl)
+    if cache is not None:
+        cache.set(key, body, ttl)
     return CatalogueDocument(etag=etag, body=body, from_cache=False)

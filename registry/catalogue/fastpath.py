@@ -9,6 +9,11 @@ plain, and either the agent's ETag is current (304) or the document is cached (2
 (no or bad token, a revoked or expired one, a cold cache, odd parameters, another host) goes to
 Django unchanged, which answers as always; the fast path never answers an error.
 
+It reads only under a cache epoch this process confirmed within TOOLROOM_CACHE_REVALIDATE_SECONDS
+(it never queries the database itself: an unconfirmed epoch sends the request to Django, which
+confirms it), gives up on the first cache error (the circuit opens, Django answers from the
+database, degraded) and discards what it read if a new connection met a restarted Redis meanwhile.
+
 Only with the Redis cache backend; TOOLROOM_CATALOGUE_FAST_PATH=false turns it off.
 """
 
@@ -26,7 +31,13 @@ from django.core.cache.backends.redis import RedisCache
 from django.http.request import split_domain_port, validate_host
 from redis import asyncio as aioredis
 
-from registry.catalogue.cache import hot_cache
+from registry.catalogue.cache import (
+    CACHE_ERRORS,
+    CatalogueCache,
+    async_connection_options,
+    cache_trip,
+    catalogue_cache_confirmed,
+)
 from registry.catalogue.documents import (
     catalogue_etag,
     document_key,
@@ -73,14 +84,19 @@ class CatalogueFastPath:
         self.app = app
         self._client: tuple[str, aioredis.Redis] | None = None
 
-    def _redis(self) -> tuple[Any, aioredis.Redis] | None:
-        backend = hot_cache()
-        if not isinstance(backend, RedisCache) or not settings.TOOLROOM_CATALOGUE_FAST_PATH:
+    def _redis(self) -> tuple[CatalogueCache, aioredis.Redis] | None:
+        if not settings.TOOLROOM_CATALOGUE_FAST_PATH:
             return None
-        location: str = cast(Any, backend)._servers[0]
+        cache = catalogue_cache_confirmed()
+        if cache is None or not isinstance(cache.backend, RedisCache):
+            return None
+        location: str = cast(Any, cache.backend)._servers[0]
         if self._client is None or self._client[0] != location:
-            self._client = (location, aioredis.Redis.from_url(location))
-        return backend, self._client[1]
+            self._client = (
+                location,
+                aioredis.Redis.from_url(location, **async_connection_options()),
+            )
+        return cache, self._client[1]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == PATH:
@@ -88,6 +104,8 @@ class CatalogueFastPath:
                 await self._answer(scope, send)
             except _NotHere:
                 pass
+            except CACHE_ERRORS as exc:
+                cache_trip(exc, where="fast path")
             else:
                 return
         await self.app(scope, receive, send)
@@ -96,7 +114,8 @@ class CatalogueFastPath:
         redis = self._redis()
         if redis is None:
             raise _NotHere
-        backend, client = redis
+        cache, client = redis
+        backend = cache.backend
         headers = {name.decode("latin-1").lower(): value for name, value in scope["headers"]}
         self._check_transport(scope, headers)
         fmt, category = self._parameters(scope)
@@ -108,7 +127,9 @@ class CatalogueFastPath:
         prefix = token_parse(plain)
         if prefix is None:
             raise _NotHere
-        entry = _unpickle(await client.get(backend.make_and_validate_key(token_lookup_key(prefix))))
+        entry = _unpickle(
+            await client.get(backend.make_and_validate_key(token_lookup_key(prefix, cache=cache)))
+        )
         if not isinstance(entry, dict):
             raise _NotHere
         now = time.time()
@@ -117,11 +138,13 @@ class CatalogueFastPath:
         except TokenRejected as exc:
             raise _NotHere from exc
 
-        raw_state = await client.get(backend.make_and_validate_key(state_key(identity.team_id)))
+        raw_state = await client.get(
+            backend.make_and_validate_key(state_key(identity.team_id, cache=cache))
+        )
         if not raw_state:
             raise _NotHere
         state = CatalogueState.decode(raw_state)
-        if state.is_stale(now):
+        if state.pending or state.is_stale(now) or not cache.intact():
             raise _NotHere
         etag = catalogue_etag(
             identity=identity,
@@ -134,7 +157,7 @@ class CatalogueFastPath:
             if settings.TOOLROOM_CATALOGUE_CACHE_SECONDS <= 0:
                 raise _NotHere
             body = _unpickle(await client.get(backend.make_and_validate_key(document_key(etag))))
-            if not isinstance(body, bytes):
+            if not isinstance(body, bytes) or not cache.intact():
                 raise _NotHere
             status = 200
             extra = [

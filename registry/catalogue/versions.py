@@ -2,13 +2,22 @@
 
 A team's state is its version and the earliest upcoming expiry (of a grant or an agent token) that
 affects it. Every change that can alter what the team's agents see bumps the version in the
-database and writes the new state to the cache; a state read after its expiry moment is stale and
-is bumped on the spot, so expiry needs no clean-up task.
+database; a state read after its expiry moment is stale and is bumped on the spot, so expiry needs
+no clean-up task.
 
-The cache never goes backwards: with Redis a small Lua script writes a state only if its version
-is at least the cached one, so a slow reader that filled the cache from an older database read
-cannot hide a later bump. Other cache backends (the quickstart's file cache, one machine) do the
-same compare without atomicity and keep states for a short while only.
+Nothing the cache does can bring back a state the database has moved past:
+
+- Before the change commits, the team's cached state is replaced by a *pending* marker of the new
+  version (readers seeing it ask the database). If the cache does not take the marker, the cache
+  epoch moves in the same transaction as the change (`cache_epoch_bump`), so nothing cached
+  before can be read again, whatever Redis later comes back with.
+- After commit the new state is written; a crash in between leaves the marker, not the old state.
+- The cache never goes backwards: with Redis a small Lua script writes a state only if its
+  version is at least the cached one, so a slow reader that filled the cache from an older
+  database read cannot hide a later bump (or replace a marker before its change committed).
+- States are keyed by the cache's epoch, which also moves when Redis restarts (registry/catalogue
+  /cache.py). Other cache backends (the quickstart's file cache, one machine) do the same compare
+  without atomicity and keep states for a short while only.
 """
 
 from __future__ import annotations
@@ -17,19 +26,25 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, cast
 
-from django.core.cache.backends.redis import RedisCache
 from django.db import transaction
 from django.db.models import F, Min
 from django.utils import timezone
 
-from registry.catalogue.cache import hot_cache
+from registry.catalogue.cache import (
+    CACHE_ERRORS,
+    CatalogueCache,
+    cache_epoch_bump,
+    cache_trip,
+    catalogue_cache,
+)
 from registry.teams.models import AgentToken, Grant, Team
 
 logger = logging.getLogger(__name__)
 
 STATE_CACHE_SECONDS = 600
+# How long a pending marker lives if its change never commits (readers ask the database meanwhile).
+PENDING_STATE_SECONDS = 30
 FALLBACK_STATE_CACHE_SECONDS = 30
 
 _SET_IF_NEWER = """
@@ -45,13 +60,18 @@ end
 return 0
 """
 
+_PENDING = "pending"
+
 
 @dataclass(frozen=True)
 class CatalogueState:
     version: int
     valid_until: float | None  # POSIX seconds of the earliest upcoming expiry, if any
+    pending: bool = False  # a change to this version is being committed: ask the database
 
     def encode(self) -> str:
+        if self.pending:
+            return f"{self.version}|{_PENDING}"
         until = "" if self.valid_until is None else repr(self.valid_until)
         return f"{self.version}|{until}"
 
@@ -59,50 +79,63 @@ class CatalogueState:
     def decode(cls, raw: str | bytes) -> CatalogueState:
         text = raw.decode() if isinstance(raw, bytes) else raw
         version, _, until = text.partition("|")
+        if until == _PENDING:
+            return cls(version=int(version), valid_until=None, pending=True)
         return cls(version=int(version), valid_until=float(until) if until else None)
 
     def is_stale(self, now: float) -> bool:
         return self.valid_until is not None and self.valid_until <= now
 
 
-def state_key(team_id: int) -> str:
-    return f"catalogue-state:{team_id}"
+def state_key(team_id: int, *, cache: CatalogueCache) -> str:
+    """The team's state entry, under the cache's current epoch."""
+    return cache.key(f"catalogue-state:{team_id}")
 
 
-def _backend() -> Any:
-    return hot_cache()
+def _state_get(cache: CatalogueCache, team_id: int) -> CatalogueState | None:
+    if not cache.usable():
+        return None
+    key = state_key(team_id, cache=cache)
+    client = cache.redis(key)
+    try:
+        # With Redis read raw: the value is plain text written by the Lua script, not a pickle.
+        raw = client.get(cache.raw_key(key)) if client is not None else cache.backend.get(key)
+    except CACHE_ERRORS as exc:
+        cache_trip(exc, where="state read")
+        return None
+    if not raw or not cache.intact():
+        return None
+    return CatalogueState.decode(raw)
 
 
-def _state_get(team_id: int) -> CatalogueState | None:
-    backend = _backend()
-    if isinstance(backend, RedisCache):
-        # Read raw: the value is plain text written by the Lua script, not a pickle.
-        key = backend.make_and_validate_key(state_key(team_id))
-        raw = cast(Any, backend)._cache.get_client(key, write=True).get(key)  # the primary: no lag
-    else:
-        raw = backend.get(state_key(team_id))
-    return CatalogueState.decode(raw) if raw else None
-
-
-def _states_set_if_newer(states: dict[int, CatalogueState]) -> None:
+def _states_set_if_newer(
+    cache: CatalogueCache, states: dict[int, CatalogueState], ttl: int = STATE_CACHE_SECONDS
+) -> bool:
+    """Write the states unless the cache holds newer ones; False if the cache failed."""
     if not states:
-        return
-    backend = _backend()
-    if isinstance(backend, RedisCache):
-        keys = [backend.make_and_validate_key(state_key(team_id)) for team_id in states]
-        client = cast(Any, backend)._cache.get_client(keys[0], write=True)
-        client.eval(
-            _SET_IF_NEWER,
-            len(keys),
-            *keys,
-            *[state.encode() for state in states.values()],
-            STATE_CACHE_SECONDS,
-        )
-        return
-    for team_id, state in states.items():
-        current = backend.get(state_key(team_id))
-        if current is None or CatalogueState.decode(current).version <= state.version:
-            backend.set(state_key(team_id), state.encode(), FALLBACK_STATE_CACHE_SECONDS)
+        return True
+    if not cache.usable():
+        return False
+    keys = [state_key(team_id, cache=cache) for team_id in states]
+    client = cache.redis(keys[0])
+    try:
+        if client is not None:
+            client.eval(
+                _SET_IF_NEWER,
+                len(keys),
+                *[cache.raw_key(key) for key in keys],
+                *[state.encode() for state in states.values()],
+                ttl,
+            )
+            return True
+        for key, state in zip(keys, states.values(), strict=True):
+            current = cache.backend.get(key)
+            if current is None or CatalogueState.decode(current).version <= state.version:
+                cache.backend.set(key, state.encode(), min(ttl, FALLBACK_STATE_CACHE_SECONDS))
+    except CACHE_ERRORS as exc:
+        cache_trip(exc, where="state write")
+        return False
+    return True
 
 
 def _states_from_db(team_ids: list[int]) -> dict[int, CatalogueState]:
@@ -128,54 +161,71 @@ def _states_from_db(team_ids: list[int]) -> dict[int, CatalogueState]:
     }
 
 
+def _mirror(team_ids: list[int]) -> None:
+    cache = catalogue_cache()
+    if cache is not None:
+        _states_set_if_newer(cache, _states_from_db(team_ids))
+
+
 def catalogue_state(*, team_id: int) -> CatalogueState:
-    """The team's current state; from the cache (no query) unless missing or stale."""
-    state = _state_get(team_id)
-    if state is None:
+    """The team's current state: from the cache (no query) when it holds a trusted one, else from
+    the database (always, while the cache is unavailable)."""
+    cache = catalogue_cache()
+    state = _state_get(cache, team_id) if cache is not None else None
+    if state is None or state.pending:
         fresh = _states_from_db([team_id])
         if team_id not in fresh:
             return CatalogueState(version=0, valid_until=None)
         state = fresh[team_id]
-        _states_set_if_newer(fresh)
+        if cache is not None:
+            _states_set_if_newer(cache, fresh)
     if state.is_stale(time.time()):
         # An expiry passed since the version was written: what the team sees changed without a
-        # write. Bump once (the conditional update keeps racing readers from bumping twice).
+        # write. Bump once (the conditional update keeps racing readers from bumping twice). A
+        # cache that misses the new state still holds one that reads as stale: no epoch needed.
         Team.objects.filter(pk=team_id, catalogue_version=state.version).update(
             catalogue_version=F("catalogue_version") + 1
         )
         fresh = _states_from_db([team_id])
-        _states_set_if_newer(fresh)
+        if cache is not None:
+            _states_set_if_newer(cache, fresh)
         state = fresh.get(team_id, state)
     return state
-
-
-def catalogue_versions_bump(*, team_ids: Iterable[int], reason: str) -> None:
-    """Bump the teams' versions now and mirror the new states into the cache.
-
-    For changes already committed (the visibility signal arrives after commit). `reason` names
-    the change, for logs and tests.
-    """
-    ids = sorted(set(team_ids))
-    if not ids:
-        return
-    logger.debug("catalogue versions of teams %s bumped: %s", ids, reason)
-    Team.objects.filter(pk__in=ids).update(catalogue_version=F("catalogue_version") + 1)
-    _states_set_if_newer(_states_from_db(ids))
 
 
 def catalogue_versions_bump_on_commit(*, team_ids: Iterable[int], reason: str) -> None:
     """Bump the teams' versions inside the current transaction, with the change itself, and
     mirror them into the cache once it commits.
 
-    The database can then never hold a change without its bump; a cache that missed the mirror
-    (a crash between commit and mirror) holds the older state STATE_CACHE_SECONDS at most.
+    Before commit the cached states become pending markers of the new versions; if the cache does
+    not take them, the cache epoch moves in this same transaction. So the database can never hold
+    a change that the cache can hide, whatever happens to the cache or this process afterwards.
     """
     ids = sorted(set(team_ids))
     if not ids:
         return
     logger.debug("catalogue versions of teams %s bumped: %s", ids, reason)
     Team.objects.filter(pk__in=ids).update(catalogue_version=F("catalogue_version") + 1)
-    transaction.on_commit(lambda: _states_set_if_newer(_states_from_db(ids)))
+    pending = {
+        team_id: CatalogueState(version=version, valid_until=None, pending=True)
+        for team_id, version in Team.objects.filter(pk__in=ids).values_list(
+            "pk", "catalogue_version"
+        )
+    }
+    cache = catalogue_cache()
+    if cache is None or not _states_set_if_newer(cache, pending, ttl=PENDING_STATE_SECONDS):
+        cache_epoch_bump(reason=f"{reason}: the cache did not take the new versions of {ids}")
+    transaction.on_commit(lambda: _mirror(ids))
+
+
+def catalogue_versions_bump(*, team_ids: Iterable[int], reason: str) -> None:
+    """Bump the teams' versions now (in a transaction of their own) and mirror the new states.
+
+    For changes already committed (the visibility signal arrives after commit). `reason` names
+    the change, for logs and tests.
+    """
+    with transaction.atomic():
+        catalogue_versions_bump_on_commit(team_ids=team_ids, reason=reason)
 
 
 def teams_granted_servers(server_ids: Iterable[int]) -> list[int]:

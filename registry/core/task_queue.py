@@ -13,11 +13,14 @@ from typing import Any
 from celery import Celery
 from django.db import transaction
 
+from registry.core.request_ids import TASK_HEADER, current_request_id
+
 DISCOVER_SERVER = "toolroom.discover_server"
 HEALTH_SWEEP = "toolroom.health_sweep"
 HEALTH_CHECK_BATCH = "toolroom.health_check_batch"
 HEALTH_HISTORY_PRUNE = "toolroom.health_history_prune"
 DISCOVERY_SCHEDULE = "toolroom.discovery_schedule"
+DISCOVERY_JANITOR = "toolroom.discovery_janitor"
 RUNTIME_RECONCILE = "toolroom.runtime_reconcile"
 RUNTIME_COMMAND = "toolroom.runtime_command"
 RUNTIME_PROBE_BATCH = "toolroom.runtime_probe_batch"
@@ -25,9 +28,12 @@ SANDBOX_IMAGES_PRUNE = "toolroom.sandbox_images_prune"
 ACCESS_REQUEST_EMAIL = "toolroom.access_request_email"
 WEBHOOK_DELIVER = "toolroom.webhook_deliver"
 
-# Queues: general work, and the queue every runtime worker consumes (it also has a queue of its
-# own, reached through Celery's worker-direct exchange, for the servers it holds warm).
+# Queues: general work (health checks, sweeps), discovery (apart, so slow servers being discovered
+# can never hold the slots the fleet's health checks need), and the queue every runtime worker
+# consumes (it also has a queue of its own, reached through Celery's worker-direct exchange, for
+# the servers it holds warm).
 GENERAL_QUEUE = "toolroom"
+DISCOVERY_QUEUE = "discovery"
 RUNTIME_QUEUE = "runtime"
 WORKER_DIRECT_EXCHANGE = "C.dq2"
 
@@ -58,6 +64,9 @@ def send_now(
         options["expires"] = expires
     if countdown is not None:
         options["countdown"] = countdown
+    request_id = current_request_id.get()
+    if request_id:
+        options["headers"] = {TASK_HEADER: request_id}  # the worker logs under it too
     _client().send_task(name, args=list(args), **options)
 
 
@@ -70,9 +79,15 @@ def enqueue(
     expires: float | None = None,
     countdown: float | None = None,
 ) -> None:
-    """Send a task once the current transaction commits, so the worker sees what it refers to."""
+    """Send a task once the current transaction commits, so the worker sees what it refers to.
+
+    A broker that is down does not fail the request that committed (`robust`: the error is
+    logged): what these tasks do is remade by beat's loops (reconcile, sweeps), and discovery,
+    which must not be lost, keeps its own outbox (registry/servers/discovery.py).
+    """
     transaction.on_commit(
         lambda: send_now(
             name, args=args, queue=queue, worker=worker, expires=expires, countdown=countdown
-        )
+        ),
+        robust=True,
     )

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from registry.core.admin_ids import object_id_or_404
 from registry.core.errors import ApplicationError
-from registry.servers.discovery import discovery_request
+from registry.servers.discovery import discovery_request, discovery_runs_needing_attention
 from registry.servers.health import health_request, server_uptime
 from registry.servers.models import (
     ApprovalState,
@@ -213,5 +213,6 @@ def fleet_status_view(
         "failed_discoveries": list(failed_discoveries),
         "tools_awaiting": awaiting,
         "sandbox_preparation": sandbox_preparation_current(),
+        "discoveries_needing_attention": discovery_runs_needing_attention()[:15],
     }
     return TemplateResponse(request, "admin/servers/fleet_status.html", context)

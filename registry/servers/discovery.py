@@ -3,16 +3,25 @@
 A worker opens a session (see workers/discovery.py), lists what the server offers and hands a
 `DiscoveryOutcome` to `discovery_record`, which syncs the tools (new ones unapproved, changed
 ones lose their approval), runs the description scanner, writes the vetting report and audits.
+
+Nothing gets stuck for good (docs/operations.md):
+- The run row is the outbox: the task is sent after commit and `enqueued_at` is set only once the
+  broker took it; `discovery_janitor` sends again what the broker never took or lost.
+- A worker holds a running run under a lease it renews (`discovery_lease_renew`); a run whose
+  lease expired (worker child or main process killed) is claimable again by a redelivered task,
+  and the janitor requeues it, or fails it clearly after TOOLROOM_DISCOVERY_MAX_ATTEMPTS.
+- A new request never reuses a stuck run.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from registry.audit.services import Actor, actor_label, audit_record
@@ -30,10 +39,14 @@ from registry.servers.runtime import runtime_live_owner
 from registry.servers.scanner import scan_text, scan_tool_definition
 from registry.servers.tool_sync import ToolListError, server_tools_sync
 
-# A run still queued or running after this long was lost (its worker died); a new request
-# starts a new run instead of waiting for it.
-STALE_RUN_AFTER = timedelta(minutes=15)
+logger = logging.getLogger(__name__)
+
 REPORT_LIST_LIMIT = 50
+# A run queued this long without the broker taking it (the send after commit failed) is sent by
+# the janitor; one taken but not started after TOOLROOM_DISCOVERY_REDELIVER_SECONDS, again.
+UNSENT_GRACE = timedelta(seconds=10)
+# Past this, a queued run nobody picks up is failed rather than resent for ever.
+QUEUED_GIVE_UP_AFTER = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -62,13 +75,11 @@ def discovery_request(*, server: McpServer, actor: Actor, trigger: str) -> Disco
     if server.review_status == ReviewStatus.RETIRED:
         raise ApplicationError(f"{server.name} is retired; it is not discovered any more.")
     with transaction.atomic():
+        stuck = {run.pk for run in discovery_runs_stuck(server=server)}
         pending = (
             DiscoveryRun.objects.select_for_update()
-            .filter(
-                server=server,
-                status__in=[DiscoveryStatus.QUEUED, DiscoveryStatus.RUNNING],
-                requested_at__gte=timezone.now() - STALE_RUN_AFTER,
-            )
+            .filter(server=server, status__in=[DiscoveryStatus.QUEUED, DiscoveryStatus.RUNNING])
+            .exclude(pk__in=stuck)
             .first()
         )
         if pending is not None:
@@ -76,31 +87,174 @@ def discovery_request(*, server: McpServer, actor: Actor, trigger: str) -> Disco
         run = DiscoveryRun.objects.create(
             server=server, trigger=trigger, requested_by=actor_label(actor)
         )
-        # A server held warm is discovered through its warm session, by the worker holding it.
-        status = ServerStatus.objects.filter(server=server).first()
-        owner = runtime_live_owner(status) if status is not None else ""
-        task_queue.enqueue(task_queue.DISCOVER_SERVER, args=[run.pk], worker=owner or None)
+        transaction.on_commit(lambda: discovery_send(run_id=run.pk), robust=True)
     return run
 
 
-def discovery_claim(*, run_id: int) -> DiscoveryRun | None:
-    """Mark a queued run as running; None if another worker has it (or it is done).
+def discovery_send(*, run_id: int) -> bool:
+    """Hand the run's task to the broker and note that it took it; False (logged, the janitor
+    sends it later) when the broker is unavailable. Call after commit."""
+    run = DiscoveryRun.objects.select_related("server").filter(pk=run_id).first()
+    if run is None or run.status != DiscoveryStatus.QUEUED:
+        return False
+    # A server held warm is discovered through its warm session, by the worker holding it.
+    status = ServerStatus.objects.filter(server_id=run.server_id).first()
+    owner = runtime_live_owner(status) if status is not None else ""
+    try:
+        task_queue.send_now(
+            task_queue.DISCOVER_SERVER,
+            args=[run.pk],
+            worker=owner or None,
+            queue=task_queue.DISCOVERY_QUEUE,
+        )
+    except Exception as exc:
+        logger.warning("discovery run %s not sent (the janitor will): %s", run.pk, exc)
+        return False
+    DiscoveryRun.objects.filter(pk=run.pk).update(enqueued_at=timezone.now())
+    return True
 
-    A run left running by a worker that died is claimable again once it is stale.
-    """
+
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.TOOLROOM_DISCOVERY_LEASE_SECONDS)
+
+
+def discovery_runs_stuck(*, server: McpServer | None = None) -> list[DiscoveryRun]:
+    """Runs nobody is working on any more: running with an expired lease, queued but never taken
+    by the broker, or taken so long ago that the message must have been lost."""
+    now = timezone.now()
+    redeliver = timedelta(seconds=settings.TOOLROOM_DISCOVERY_REDELIVER_SECONDS)
+    runs = DiscoveryRun.objects.filter(
+        models.Q(status=DiscoveryStatus.RUNNING, lease_until__lt=now)
+        | models.Q(status=DiscoveryStatus.RUNNING, lease_until__isnull=True)
+        | models.Q(
+            status=DiscoveryStatus.QUEUED,
+            enqueued_at__isnull=True,
+            requested_at__lt=now - UNSENT_GRACE,
+        )
+        | models.Q(status=DiscoveryStatus.QUEUED, enqueued_at__lt=now - redeliver)
+    )
+    if server is not None:
+        runs = runs.filter(server=server)
+    return list(runs.select_related("server").order_by("requested_at"))
+
+
+@dataclass(frozen=True)
+class DiscoveryAttention:
+    """A run an operator should know about: stuck now, or recovered by the janitor lately."""
+
+    run: DiscoveryRun
+    stuck: bool
+
+    def describe(self) -> str:
+        parts = ["STUCK" if self.stuck else self.run.status]
+        if self.run.attempts > 1:
+            parts.append(f"attempt {self.run.attempts}")
+        if self.run.recoveries:
+            parts.append(
+                f"recovered {len(self.run.recoveries)}x: {self.run.recoveries[-1]['what']}"
+            )
+        return "; ".join(parts)
+
+
+def discovery_runs_needing_attention(
+    *, since: timedelta = timedelta(days=1)
+) -> list[DiscoveryAttention]:
+    """Stuck runs (what the janitor will recover next) and runs it retried, resent or failed in
+    the last `since`, newest first; for `manage.py mcp status` and the fleet page."""
+    stuck = {run.pk: run for run in discovery_runs_stuck()}
+    recovered = (
+        DiscoveryRun.objects.filter(requested_at__gte=timezone.now() - since)
+        .exclude(recoveries=[])
+        .exclude(pk__in=stuck)
+    )
+    runs = [DiscoveryAttention(run=run, stuck=True) for run in stuck.values()]
+    runs += [DiscoveryAttention(run=run, stuck=False) for run in recovered.select_related("server")]
+    return sorted(runs, key=lambda item: item.run.requested_at, reverse=True)
+
+
+def discovery_lease_renew(*, run_id: int) -> bool:
+    """The worker running it is alive: extend the lease; False if the run is no longer ours to
+    run (finished, or failed by the janitor)."""
+    return bool(
+        DiscoveryRun.objects.filter(pk=run_id, status=DiscoveryStatus.RUNNING).update(
+            lease_until=timezone.now() + _lease()
+        )
+    )
+
+
+def discovery_janitor() -> dict[str, int]:
+    """Recover every stuck run: requeue and resend it, or fail it with the reason once it used
+    its attempts (or waited in the queue QUEUED_GIVE_UP_AFTER). Beat runs it every 30 s."""
+    now = timezone.now()
+    counts = {"resent": 0, "retried": 0, "failed": 0}
+    for run in discovery_runs_stuck():
+        with transaction.atomic():
+            locked = DiscoveryRun.objects.select_for_update().get(pk=run.pk)
+            if locked.status == DiscoveryStatus.RUNNING:
+                if locked.lease_until is not None and locked.lease_until >= now:
+                    continue  # renewed meanwhile
+                why = f"attempt {locked.attempts}: the worker running it stopped (lease expired)"
+                if locked.attempts >= settings.TOOLROOM_DISCOVERY_MAX_ATTEMPTS:
+                    _fail(locked, f"Discovery gave up after {locked.attempts} attempts: {why}.")
+                    counts["failed"] += 1
+                    continue
+                locked.status = DiscoveryStatus.QUEUED
+                locked.lease_until = None
+                counts["retried"] += 1
+            elif locked.status == DiscoveryStatus.QUEUED:
+                if locked.requested_at < now - QUEUED_GIVE_UP_AFTER:
+                    _fail(locked, "Discovery gave up: no worker took the run for an hour.")
+                    counts["failed"] += 1
+                    continue
+                why = "never taken by the broker" if locked.enqueued_at is None else "lost"
+                why = f"the task was {why}; sent again"
+                counts["resent"] += 1
+            else:
+                continue
+            locked.enqueued_at = None
+            locked.recoveries = [*locked.recoveries, {"at": now.isoformat(), "what": why}][-20:]
+            locked.save(update_fields=["status", "lease_until", "enqueued_at", "recoveries"])
+            logger.warning("discovery run %s of server %s: %s", locked.pk, locked.server_id, why)
+            transaction.on_commit(lambda pk=locked.pk: discovery_send(run_id=pk), robust=True)  # type: ignore[misc]
+    return counts
+
+
+def _fail(run: DiscoveryRun, error: str) -> None:
+    run.status = DiscoveryStatus.FAILED
+    run.finished_at = timezone.now()
+    run.lease_until = None
+    run.error = error
+    run.recoveries = [*run.recoveries, {"at": run.finished_at.isoformat(), "what": error}][-20:]
+    run.save(update_fields=["status", "finished_at", "lease_until", "error", "recoveries"])
+    audit_record(
+        actor="system:discovery-janitor",
+        action="discovery.failed",
+        target=run.server,
+        server=run.server,
+        summary=f"Discovery of {run.server.name} failed: {error}",
+        details={"run": run.pk, "kind": "stuck"},
+    )
+
+
+def discovery_claim(*, run_id: int) -> DiscoveryRun | None:
+    """Take the run under a lease: a queued run, or a running one whose lease expired (its worker
+    died: a redelivered task restarts it). None if a live worker has it, or it is finished."""
     now = timezone.now()
     claimed = (
         DiscoveryRun.objects.filter(pk=run_id)
         .filter(
-            status=DiscoveryStatus.QUEUED,
+            models.Q(status=DiscoveryStatus.QUEUED)
+            | models.Q(status=DiscoveryStatus.RUNNING, lease_until__lt=now)
+            | models.Q(status=DiscoveryStatus.RUNNING, lease_until__isnull=True)
         )
-        .update(status=DiscoveryStatus.RUNNING, started_at=now)
+        .filter(attempts__lt=settings.TOOLROOM_DISCOVERY_MAX_ATTEMPTS)
+        .update(
+            status=DiscoveryStatus.RUNNING,
+            started_at=now,
+            lease_until=now + _lease(),
+            attempts=models.F("attempts") + 1,
+        )
     )
-    if not claimed:
-        stale = now - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
-        claimed = DiscoveryRun.objects.filter(
-            pk=run_id, status=DiscoveryStatus.RUNNING, started_at__lt=stale
-        ).update(started_at=now)
     if not claimed:
         return None
     return DiscoveryRun.objects.select_related("server").get(pk=run_id)
@@ -223,7 +377,8 @@ def discovery_record(
     run.finished_at = now
     run.summary = report
     run.error = outcome_error
-    run.save(update_fields=["status", "finished_at", "summary", "error"])
+    run.lease_until = None
+    run.save(update_fields=["status", "finished_at", "summary", "error", "lease_until"])
 
     if succeeded:
         counts = report["counts"]

@@ -581,6 +581,13 @@ class DiscoveryRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     summary = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
+    # The outbox: when the broker took the task (null: not yet, the janitor sends it again).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    # The lease of the worker running it, renewed by its heartbeat; past it, the run is stuck
+    # and the janitor retries it (or fails it clearly after TOOLROOM_DISCOVERY_MAX_ATTEMPTS).
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    recoveries = models.JSONField(default=list, blank=True, help_text="what the janitor did")
 
     class Meta:
         ordering = ["-requested_at", "-id"]

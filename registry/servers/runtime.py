@@ -90,9 +90,32 @@ def runtime_restart_if_held(*, server: McpServer) -> bool:
     return bool(owner)
 
 
+def runtime_display_state(status: ServerStatus | None, *, now: datetime | None = None) -> str:
+    """The runtime state as operators should read it: "owner lost" for a runtime said to be
+    running or starting whose worker stopped renewing its claim TOOLROOM_RUNTIME_OWNER_LOST_SECONDS
+    ago (a dead worker cannot say so itself)."""
+    if status is None:
+        return RuntimeState.STOPPED
+    now = now or timezone.now()
+    lost_before = now - timedelta(seconds=settings.TOOLROOM_RUNTIME_OWNER_LOST_SECONDS)
+    if (
+        status.runtime_state in (RuntimeState.RUNNING, RuntimeState.STARTING)
+        and status.runtime_owner
+        and (status.runtime_heartbeat_at is None or status.runtime_heartbeat_at < lost_before)
+    ):
+        return "owner lost"
+    return str(status.runtime_state)
+
+
 def runtime_claim(*, server_id: int, owner: str) -> bool:
-    """Take the server's runtime if nobody live holds it (or we already do)."""
+    """Take the server's runtime if nobody live holds it (or we already do); a takeover from
+    another worker (whose claim went stale) is audited."""
     now = timezone.now()
+    previous = (
+        ServerStatus.objects.filter(server_id=server_id)
+        .values_list("runtime_owner", flat=True)
+        .first()
+    )
     claimed = (
         ServerStatus.objects.filter(server_id=server_id)
         .filter(
@@ -107,6 +130,17 @@ def runtime_claim(*, server_id: int, owner: str) -> bool:
             runtime_state=RuntimeState.STARTING,
         )
     )
+    if claimed == 1 and previous and previous != owner:
+        server = McpServer.objects.get(pk=server_id)
+        audit_record(
+            actor=f"worker:{owner}",
+            action="server.runtime_taken_over",
+            target=server,
+            server=server,
+            summary=f"{owner} took over the warm runtime of {server.name} from {previous}, whose "
+            "claim had gone stale.",
+            details={"from": previous, "to": owner},
+        )
     return claimed == 1
 
 
@@ -140,6 +174,19 @@ def runtime_report(
     if state in (RuntimeState.STOPPED, RuntimeState.FAILED):
         fields["runtime_owner"] = ""
     updated = ServerStatus.objects.filter(server_id=server_id, runtime_owner=owner).update(**fields)
+    if updated and state == RuntimeState.STARTING and error and server is not None:
+        # The session died and the worker restarts it (restarts counts this one).
+        audit_record(
+            actor=f"worker:{owner}",
+            action="server.runtime_crashed",
+            target=server,
+            server=server,
+            summary=f"{server.name} crashed and is being restarted"
+            + (f" (restart {restarts})" if restarts else "")
+            + ": "
+            + error.splitlines()[0][:300],
+            details={"restarts": restarts},
+        )
     if updated and state == RuntimeState.FAILED and server is not None:
         audit_record(
             actor=f"worker:{owner}",

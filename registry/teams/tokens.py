@@ -4,9 +4,11 @@ A token reads `trm_<prefix>_<secret>`: the prefix (12 hex characters, 48 random 
 clear and indexed, for the lookup; the secret carries 32 random bytes (urlsafe base64). Only the
 SHA-256 of the whole token is stored, compared in constant time.
 
-The lookup is cached (the catalogue's 304 answers touch no database), and every revocation evicts
-the cached entry after commit. The last-used time goes to the cache on every request and to the
-database at most once a minute per token, and only from requests that read the database anyway.
+The lookup is cached under the cache's epoch (the catalogue's 304 answers touch no database); every
+revocation evicts the cached entry before and after commit, and moves the epoch when the cache
+does not take the eviction, so a cache that comes back can never hold a revoked token as good.
+The last-used time goes to the cache on every request and to the database at most once a minute
+per token, and only from requests that read the database anyway.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from django.db import transaction
 
-from registry.catalogue.cache import hot_cache
+from registry.catalogue.cache import CatalogueCache, cache_epoch_bump, catalogue_cache
 
 TOKEN_PREFIX = "trm"  # noqa: S105 (the public marker)
 PREFIX_HEX_CHARS = 12
@@ -37,13 +39,15 @@ LAST_USED_CACHE_SECONDS = 1.0
 _last_told: dict[int, float] = {}
 
 
-def token_lookup_key(prefix: str) -> str:
-    return f"agent-token:{prefix}"
+def token_lookup_key(prefix: str, *, cache: CatalogueCache) -> str:
+    """The token's cached lookup, under the cache's current epoch."""
+    return cache.key(f"agent-token:{prefix}")
 
 
-def token_unknown_key(prefix: str) -> str:
-    """Marks a prefix no token has (kept apart from the lookup, which the fast path reads)."""
-    return f"agent-token-unknown:{prefix}"
+def token_unknown_key(prefix: str, *, cache: CatalogueCache) -> str:
+    """Marks a prefix no token has (kept apart from the lookup, which the fast path reads), under
+    the cache's current epoch like the lookup."""
+    return cache.key(f"agent-token-unknown:{prefix}")
 
 
 # How long an unknown prefix is remembered: guesses with made-up prefixes hit the cache, not
@@ -163,26 +167,49 @@ def token_authenticate(plain: str) -> AgentIdentity:
     prefix = token_parse(plain)
     if prefix is None:
         raise TokenRejected("malformed")
-    key = token_lookup_key(prefix)
-    cache = hot_cache()
-    found = cache.get_many([key, token_unknown_key(prefix)])
-    entry = found.get(key)
+    cache = catalogue_cache()
+    entry = None
+    unknown = False
+    if cache is not None:
+        key = token_lookup_key(prefix, cache=cache)
+        unknown_key = token_unknown_key(prefix, cache=cache)
+        found = cache.get_many([key, unknown_key])
+        if found and cache.intact():
+            entry = found.get(key)
+            unknown = bool(found.get(unknown_key))
     if entry is None:
-        if found.get(token_unknown_key(prefix)):
+        if unknown:
             raise TokenRejected("unknown prefix")
         entry = _entry_from_db(prefix)
         if entry is None:
-            cache.set(token_unknown_key(prefix), 1, UNKNOWN_PREFIX_CACHE_SECONDS)
+            if cache is not None:
+                cache.set(token_unknown_key(prefix, cache=cache), 1, UNKNOWN_PREFIX_CACHE_SECONDS)
             raise TokenRejected("unknown prefix")
-        cache.set(key, entry, LOOKUP_CACHE_SECONDS)
+        if cache is not None:
+            cache.set(key, entry, LOOKUP_CACHE_SECONDS)
     return identity_from_entry(entry, plain, time.time())
 
 
-def token_lookup_evict_on_commit(prefix: str) -> None:
-    """Drop the cached lookup once the revocation (or change) is committed."""
-    transaction.on_commit(
-        lambda: hot_cache().delete_many([token_lookup_key(prefix), token_unknown_key(prefix)])
+def _lookup_evict(prefix: str) -> bool:
+    cache = catalogue_cache()
+    return cache is not None and cache.delete_many(
+        [token_lookup_key(prefix, cache=cache), token_unknown_key(prefix, cache=cache)]
     )
+
+
+def token_lookup_evict_on_commit(prefix: str) -> None:
+    """Drop the cached lookup (and any "unknown prefix" mark) now and again once the revocation
+    (or change) is committed (a reader may have cached the old row in between). When the cache
+    does not take either, the cache epoch moves: before commit in the same transaction, after
+    commit on its own."""
+    if not _lookup_evict(prefix):
+        cache_epoch_bump(reason=f"the cache did not drop the lookup of token {prefix}")
+
+    def after_commit() -> None:
+        if not _lookup_evict(prefix):
+            cache_epoch_bump(reason=f"the cache did not drop the lookup of token {prefix}")
+
+    transaction.on_commit(after_commit)
 
 
 def last_use_due(token_id: int, now: float) -> bool:
@@ -203,9 +230,14 @@ def token_mark_used(identity: AgentIdentity, *, may_write_database: bool) -> Non
     now = time.time()
     if not last_use_due(identity.token_id, now):
         return
-    cache = hot_cache()
-    cache.set(token_last_used_key(identity.token_id), now, None)
-    if may_write_database and cache.add(_flush_key(identity.token_id), 1, LAST_USED_FLUSH_SECONDS):
+    cache = catalogue_cache()
+    if cache is not None:
+        cache.set(token_last_used_key(identity.token_id), now, None)
+    # Without the cache (degraded) the row is written at most once a second per process instead.
+    if may_write_database and (
+        cache is None
+        or cache.add(_flush_key(identity.token_id), 1, LAST_USED_FLUSH_SECONDS) is not False
+    ):
         from registry.teams.models import AgentToken  # noqa: PLC0415
 
         AgentToken.objects.filter(pk=identity.token_id).update(
@@ -215,7 +247,10 @@ def token_mark_used(identity: AgentIdentity, *, may_write_database: bool) -> Non
 
 def tokens_last_used(token_ids: list[int]) -> dict[int, datetime]:
     """The freshest last-used moments the cache knows, by token id."""
-    found = hot_cache().get_many([token_last_used_key(token_id) for token_id in token_ids])
+    cache = catalogue_cache()
+    if cache is None:
+        return {}
+    found = cache.get_many([token_last_used_key(token_id) for token_id in token_ids])
     return {
         token_id: datetime.fromtimestamp(found[token_last_used_key(token_id)], tz=UTC)
         for token_id in token_ids

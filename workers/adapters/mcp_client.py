@@ -165,6 +165,8 @@ class _StderrTail:
         self.read_fd = read_fd
         # The child process gets a copy of this end; ours is closed once it has started.
         self.writer: TextIO | None = os.fdopen(write_fd, "w")
+        # Set when every writer closed the pipe: after start, the server process has exited.
+        self.eof = anyio.Event()
 
     def text(self) -> str:
         lines = list(self.lines)
@@ -194,6 +196,7 @@ class _StderrTail:
     async def pump(self) -> None:
         while self._read_available():
             await anyio.wait_readable(self.read_fd)
+        self.eof.set()
 
     def close_write_end(self) -> None:
         if self.writer is not None:
@@ -274,11 +277,16 @@ class McpConnection:
     """An open session to one server. Use it only from the task that opened it."""
 
     def __init__(
-        self, client: Client, deadlines: Deadlines, stderr_tail: Callable[[], str]
+        self,
+        client: Client,
+        deadlines: Deadlines,
+        stderr_tail: Callable[[], str],
+        process_gone: anyio.Event | None = None,
     ) -> None:
         self._client = client
         self._deadlines = deadlines
         self._stderr_tail = stderr_tail
+        self._process_gone = process_gone
         self.identity = ServerIdentity(
             protocol_version=client.protocol_version,
             server_info=_wire(client.server_info) if client.server_info else {},
@@ -288,6 +296,14 @@ class McpConnection:
 
     def stderr_tail(self) -> str:
         return self._stderr_tail()
+
+    async def wait_process_gone(self) -> None:
+        """Return when a local (stdio) server's process has exited: its stderr pipe reached the
+        end once every process holding it was gone. Never returns for remote servers."""
+        if self._process_gone is None:
+            await anyio.sleep_forever()
+            return
+        await self._process_gone.wait()
 
     @property
     def has_ping(self) -> bool:
@@ -542,7 +558,9 @@ async def connect(
                         if stderr is not None:
                             stderr.close_write_end()
                         try:
-                            yield McpConnection(client, deadlines, tail)
+                            yield McpConnection(
+                                client, deadlines, tail, stderr.eof if stderr else None
+                            )
                         except BaseException as exc:
                             body_error = exc
                             raise

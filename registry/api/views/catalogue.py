@@ -3,7 +3,8 @@ official MCP registry's `GET /v0.1/servers` for their team.
 
 Every answer carries an ETag from the team's catalogue version; `If-None-Match` gets a 304 with
 no database query (the token lookup and the version both come from the cache). Bodies come from
-the document cache when they can.
+the document cache when they can. While the cache is unavailable every answer comes from the
+database and says so: `X-Toolroom-Degraded: cache`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from registry.api.serializers import (
     ClientConfigQuerySerializer,
     OfficialListQuerySerializer,
 )
+from registry.catalogue.cache import cache_degraded
 from registry.catalogue.documents import (
     catalogue_document,
     catalogue_etag,
@@ -66,6 +68,10 @@ IF_NONE_MATCH = OpenApiParameter(
     OpenApiParameter.HEADER,
     description="The ETag of the copy the agent holds; 304 when it is still current.",
 )
+
+
+# Set on answers made without the cache (it is down or its circuit is open): correct, but slower.
+DEGRADED_HEADER = "X-Toolroom-Degraded"
 
 
 def public_url(request: Request) -> str:
@@ -108,6 +114,8 @@ class AgentView(APIView):
         response["ETag"] = etag
         response["Cache-Control"] = "private, no-cache"
         response["Vary"] = "Authorization"
+        if cache_degraded():
+            response[DEGRADED_HEADER] = "cache"
         return response
 
 

@@ -16,13 +16,18 @@ from django.db.models import QuerySet
 
 from registry.core.errors import ApplicationError
 from registry.servers import services
-from registry.servers.discovery import discovery_claim, discovery_record, discovery_request
+from registry.servers.discovery import (
+    discovery_claim,
+    discovery_record,
+    discovery_request,
+    discovery_runs_needing_attention,
+)
 from registry.servers.health import health_record
 from registry.servers.launch import server_launch_plan
 from registry.servers.models import DiscoveryRun, McpServer, ReviewStatus, Tool
-from registry.servers.runtime import runtime_request
+from registry.servers.runtime import runtime_display_state, runtime_request
 from registry.servers.selectors import server_list_with_tool_counts
-from workers.discovery import discover_plan
+from workers.discovery import discover_plan, discovery_lease_kept
 from workers.health import check_plans
 
 POLL_SECONDS = 0.5
@@ -165,7 +170,8 @@ class Command(BaseCommand):
             if claimed is None:
                 self.stdout.write(f"{server.slug}: a worker is already discovering it")
                 continue
-            outcome = anyio.run(discover_plan, server_launch_plan(server=server))
+            with discovery_lease_kept(claimed.pk):
+                outcome = anyio.run(discover_plan, server_launch_plan(server=server))
             finished = discovery_record(run=claimed, outcome=outcome, actor=_actor())
             failed += finished.status == "failed"
             prefix = f"[{index}/{len(servers)}] " if len(servers) > 1 else ""
@@ -247,7 +253,7 @@ class Command(BaseCommand):
                     f"{server.tools_approved}/{server.tools_total}",  # type: ignore[attr-defined]
                     last,
                     latency,
-                    status.runtime_state if status else "stopped",
+                    runtime_display_state(status),
                     error.splitlines()[0][:60] if error else "",
                 )
             )
@@ -257,6 +263,15 @@ class Command(BaseCommand):
                 "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
             )
         self.stdout.write("TOOLS is approved/total.")
+        attention = discovery_runs_needing_attention()
+        if attention:
+            self.stdout.write("")
+            self.stdout.write("DISCOVERY RUNS STUCK OR RETRIED (last 24 h):")
+            for item in attention:
+                line = f"{item.run.server.slug} run {item.run.pk}: {item.describe()}"
+                self.stdout.write(
+                    self.style.ERROR(line) if item.stuck else self.style.WARNING(line)
+                )
 
     # --- runtimes --------------------------------------------------------------------------
 

@@ -1,0 +1,129 @@
+"""`/metrics`: Prometheus text for a bearer token or an allowed network only; catalogue requests
+counted whoever answers them; the fleet's state read from the database at scrape time."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from registry.core.metrics import CATALOGUE_REQUESTS, CatalogueMetrics
+from registry.servers.models import DiscoveryRun, DiscoveryStatus
+from tests.factories import McpServerFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_only_allowed_networks_and_the_token_may_read_it(client, settings):
+    settings.TOOLROOM_METRICS_ALLOWED_NETWORKS = ["10.0.0.0/8"]
+    settings.TOOLROOM_METRICS_TOKEN = "s3cret-metrics-token"
+
+    assert client.get("/metrics").status_code == 404  # 127.0.0.1 is not in 10/8
+    assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 200
+    # Through a proxy the address is only what headers claim: token only.
+    assert (
+        client.get("/metrics", REMOTE_ADDR="10.1.2.3", HTTP_X_FORWARDED_FOR="10.1.2.3").status_code
+        == 404
+    )
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 404
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-metrics-token")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+
+
+def test_catalogue_requests_are_counted_with_status_and_cache_outcome():
+    async def answered_degraded(scope, receive, send):
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"x-toolroom-degraded", b"cache")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def run():
+        async def receive():
+            return {"type": "http.request"}
+
+        async def send(message):
+            pass
+
+        scope = {"type": "http", "path": "/api/v1/catalogue", "query_string": b"format=mcp"}
+        await CatalogueMetrics(answered_degraded)(scope, receive, send)
+
+    counted = CATALOGUE_REQUESTS.labels("mcp", "200", "degraded")
+    before = counted._value.get()
+    asyncio.run(run())
+    assert counted._value.get() == before + 1
+
+
+def test_the_fleet_state_is_read_at_scrape_time(client):
+    server = McpServerFactory(slug="stuck-one")
+    DiscoveryRun.objects.create(
+        server=server,
+        trigger="test",
+        requested_by="test",
+        status=DiscoveryStatus.RUNNING,
+        lease_until=timezone.now() - timedelta(seconds=5),
+        attempts=1,
+    )
+
+    text = client.get("/metrics").content.decode()
+
+    assert "toolroom_discovery_runs_stuck 1.0" in text
+    assert 'toolroom_discovery_runs_24h{status="running"} 1.0' in text
+    assert 'toolroom_component_ok{component="database"} 1.0' in text
+    assert "toolroom_access_requests_pending 0.0" in text
+    assert "toolroom_catalogue_requests_total" in text
+
+
+def test_sandbox_containers_come_from_the_workers_heartbeats(client):
+    from registry.core.models import ProcessHeartbeat
+    from workers.heartbeat import sandbox_state
+
+    seen = sandbox_state()  # the real engine the test machine runs (scripts/ensure-docker)
+    assert seen["docker"] == "ok"
+    assert seen["sandbox_containers"] >= 0
+    now = timezone.now()
+    for name, count in (("worker@a", 3), ("runtime@a", 3)):  # one owner, seen by two workers
+        ProcessHeartbeat.objects.create(
+            name=name,
+            kind="worker",
+            host="a",
+            pid=1,
+            started_at=now,
+            beat_at=now,
+            details={"docker": "ok", "sandbox_owner": "a", "sandbox_containers": count},
+        )
+
+    text = client.get("/metrics").content.decode()
+
+    assert 'toolroom_sandbox_containers{owner="a"} 3.0' in text
+
+
+def test_the_dashboard_and_alert_rules_use_only_metrics_toolroom_exposes(client):
+    import json
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    deploy = Path(__file__).resolve().parent.parent / "deploy"
+    rules = yaml.safe_load((deploy / "prometheus" / "alerts.yml").read_text())
+    dashboard = json.loads((deploy / "grafana" / "toolroom-dashboard.json").read_text())
+    expressions = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    expressions += [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    used = {
+        re.sub(r"_(bucket|total|sum|count)$", "", name)
+        for expr in expressions
+        for name in re.findall(r"toolroom_[a-z0-9_]+", expr)
+    }
+
+    text = client.get("/metrics").content.decode()
+    exposed = {re.sub(r"_total$", "", name) for name in re.findall(r"^# TYPE (\S+)", text, re.M)}
+
+    assert used
+    assert used <= exposed, used - exposed
