@@ -253,3 +253,35 @@ def test_the_admin_keeps_working_while_redis_is_down(
             assert answer.status_code == 302, operation
     finally:
         task_queue._client.cache_clear()
+
+
+def test_throttles_let_requests_through_while_redis_is_down(
+    owned_redis, api_client, committed, charlie
+):
+    """The throttles count in the same cache: with it down, a wrong agent token is still a 401
+    and a person's access request is still taken (uncounted), never a 500 or a timeout each."""
+    from registry.teams import services as team_services
+    from registry.teams.models import AccessRequest, MembershipLevel
+
+    with committed():
+        team = TeamFactory(slug="alpha")
+        team_services.team_member_set(
+            actor="test", team=team, user=charlie, level=MembershipLevel.OWNER
+        )
+        server = approved_server("files", {"read_file": READ})
+    owned_redis.stop()
+
+    wrong = api_client.get(
+        "/api/v1/catalogue", HTTP_AUTHORIZATION="Bearer trm_0123456789ab_" + "x" * 43
+    )
+    api_client.credentials()
+    api_client.force_login(charlie)
+    asked = api_client.post(
+        "/api/v1/access-requests",
+        {"team": "alpha", "server": server.slug, "justification": "reading files"},
+        format="json",
+    )
+
+    assert wrong.status_code == 401
+    assert asked.status_code == 201, asked.content
+    assert AccessRequest.objects.filter(team=team, server=server).count() == 1

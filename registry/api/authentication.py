@@ -17,6 +17,7 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
+from registry.catalogue.cache import CatalogueCache, catalogue_cache
 from registry.teams.tokens import TOKEN_PREFIX, AgentIdentity, TokenRejected, token_authenticate
 
 logger = logging.getLogger(__name__)
@@ -46,38 +47,45 @@ class AgentUser(AnonymousUser):
 
 class AgentTokenFailureThrottle(SimpleRateThrottle):
     """Failed agent-token authentications per client address (the `agent_token_failures` rate,
-    counted in the default cache, Redis in production). Past the rate, that address is refused
-    with 429 before its tokens are looked up, until the window moves on."""
+    counted in the cache, Redis in production). Past the rate, that address is refused with 429
+    before its tokens are looked up, until the window moves on.
+
+    The counts go through the catalogue's cache handle (short timeouts, a circuit): while the
+    cache is down (degraded mode) agents keep being served from the database and failures are
+    not counted, rather than every request waiting for or failing on Redis."""
 
     scope = "agent_token_failures"
 
     def get_cache_key(self, request: Any, view: Any) -> str:
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
 
-    def _load(self, request: Any) -> tuple[int, int]:
+    def _load(self, request: Any) -> tuple[CatalogueCache, int, int] | None:
+        cache = catalogue_cache()
+        if cache is None:
+            return None
         limit, window = self.parse_rate(self.rate)
         self.key = self.get_cache_key(request, None)
-        self.history = self.cache.get(self.key, [])
+        self.history = cache.get(self.key) or []
         self.now = self.timer()
         while self.history and self.history[-1] <= self.now - (window or 0):
             self.history.pop()
-        return limit or 0, window or 0
+        return cache, limit or 0, window or 0
 
     def blocked_for(self, request: Any) -> float | None:
         """Seconds this address must wait, or None if it may try a token."""
-        if self.rate is None:
+        if self.rate is None or (loaded := self._load(request)) is None:
             return None
-        limit, window = self._load(request)
+        _cache, limit, window = loaded
         if len(self.history) < limit:
             return None
         return max(0.0, float(window - (self.now - self.history[-1])))
 
     def record_failure(self, request: Any) -> None:
-        if self.rate is None:
+        if self.rate is None or (loaded := self._load(request)) is None:
             return
-        _limit, window = self._load(request)
+        cache, _limit, window = loaded
         self.history.insert(0, self.now)
-        self.cache.set(self.key, self.history, window)
+        cache.set(self.key, self.history, window)
 
 
 class AgentTokenAuthentication(BaseAuthentication):

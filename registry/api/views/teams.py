@@ -20,7 +20,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
+from rest_framework.throttling import BaseThrottle
 
 from registry.api.pagination import TeamListPagination
 from registry.api.permissions import IsPerson
@@ -37,6 +37,7 @@ from registry.api.serializers import (
     RevokeSerializer,
     TeamSerializer,
 )
+from registry.api.throttling import DegradableScopedRateThrottle
 from registry.api.viewsets import TeamScopedViewSet
 from registry.servers.models import McpServer
 from registry.teams import services
@@ -129,7 +130,7 @@ class AccessRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tea
     def get_throttles(self) -> list[BaseThrottle]:
         # Asking and withdrawing are throttled per person; reading is not.
         if self.action in ("create", "withdraw"):
-            return [ScopedRateThrottle()]
+            return [DegradableScopedRateThrottle()]
         return []
 
     def base_queryset(self) -> Any:
