@@ -129,6 +129,7 @@ INSTALLED_APPS = [
     "workers",
     "registry.teams",
     "registry.catalogue",
+    "registry.gateway",
 ]
 
 MIDDLEWARE = [
@@ -401,3 +402,21 @@ TOOLROOM_CATALOGUE_HIDE_UNHEALTHY: bool = env.bool(
 TOOLROOM_CATALOGUE_CACHE_SECONDS: int = env.int("TOOLROOM_CATALOGUE_CACHE_SECONDS", default=3600)
 # Under ASGI, answer cached catalogues and 304s straight from Redis (registry/catalogue/fastpath).
 TOOLROOM_CATALOGUE_FAST_PATH: bool = env.bool("TOOLROOM_CATALOGUE_FAST_PATH", default=True)
+
+# The gateway (docs/gateway.md). Where clients reach its MCP endpoint (mcp.json hands it out);
+# empty: <TOOLROOM_PUBLIC_URL>/mcp, for a reverse proxy that sends /mcp to the gateway.
+TOOLROOM_GATEWAY_URL: str = env.str("TOOLROOM_GATEWAY_URL", default="")
+# Where the web app forwards POST /api/v1/tools/{name}/call (the gateway's own address).
+TOOLROOM_GATEWAY_INTERNAL_URL: str = env.str(
+    "TOOLROOM_GATEWAY_INTERNAL_URL", default="http://127.0.0.1:8001"
+)
+# How long call records are kept (a scheduled clean-up deletes older ones).
+TOOLROOM_GATEWAY_CALL_RETENTION_DAYS: int = env.int(
+    "TOOLROOM_GATEWAY_CALL_RETENTION_DAYS", default=90
+)
+# Upstream HTTP sessions nobody used for this long are closed.
+TOOLROOM_GATEWAY_IDLE_SECONDS: int = env.int("TOOLROOM_GATEWAY_IDLE_SECONDS", default=300)
+# Stateless (2026-07-28) clients without a conversation id: one conversation per token and window.
+TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS: int = env.int(
+    "TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS", default=3600
+)

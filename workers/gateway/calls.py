@@ -1,0 +1,400 @@
+"""The gateway's call path: check, reach the server under a deadline, record.
+
+`Gateway.call` asks the registry's `call_check` (every rule, from the version-keyed cache), then
+calls the tool upstream through the pool (HTTP servers) or the runtime worker that holds the
+server (stdio and sandboxed servers), under the server's deadline, concurrency limit and circuit
+breaker, retrying only where that is safe, and records the call in the audit buffer. Every
+failure becomes a tool result with `isError: true` that names the server and the cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+from django.db import close_old_connections
+
+from registry.gateway import calls as checks
+from registry.gateway.calls import CallDecision, CallTarget
+from registry.gateway.models import CallOutcome, IsolationScope
+from registry.gateway.services import ToolCallRecord
+from registry.servers.launch import LaunchPlan, server_launch_plan
+from registry.servers.models import McpServer
+from registry.teams.tokens import AgentIdentity
+from workers.adapters.mcp_client import McpConnection, McpFailure
+from workers.gateway.recorder import CallRecorder
+from workers.gateway.upstream import UpstreamPool
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+ERROR_META = "toolroom/error"
+RETRY_BACKOFF = (1.0, 2.0, 4.0)
+BREAKER_THRESHOLD = 5
+BREAKER_COOLDOWN_SECONDS = 10.0
+
+# Upstream failure codes (besides the refusal codes of registry.gateway.calls).
+UPSTREAM_TIMEOUT = "upstream_timeout"
+UPSTREAM_UNREACHABLE = "upstream_unreachable"
+UPSTREAM_CLOSED = "upstream_closed"
+UPSTREAM_PROTOCOL = "upstream_protocol_error"
+SERVER_BUSY = "server_busy"
+NOT_RUNNING = "server_not_running"
+
+_FAILURE_CODES = {
+    "timeout": UPSTREAM_TIMEOUT,
+    "connect": UPSTREAM_UNREACHABLE,
+    "refused": UPSTREAM_UNREACHABLE,
+    "spawn": UPSTREAM_UNREACHABLE,
+    "closed": UPSTREAM_CLOSED,
+    "protocol": UPSTREAM_PROTOCOL,
+}
+# Failures that prove the request never reached the tool.
+_NOT_REACHED = frozenset({"connect", "refused", "spawn"})
+# Failures that count against the server's circuit.
+_BREAKING = frozenset({"connect", "refused", "spawn", "closed", "timeout"})
+
+
+async def in_thread(fn: Callable[..., T], /, **kwargs: Any) -> T:
+    """Run registry code (ORM, cache) off the event loop; drop stale connections after."""
+
+    def call() -> T:
+        try:
+            return fn(**kwargs)
+        finally:
+            close_old_connections()
+
+    return await anyio.to_thread.run_sync(call)
+
+
+@dataclass(frozen=True)
+class GatewayResult:
+    """What a call came to: the tool result in MCP wire form, and how it ended."""
+
+    result: dict[str, Any]
+    outcome: str  # registry.gateway.models.CallOutcome
+    code: str  # "allowed", a refusal code, or an upstream failure code
+    decision: CallDecision
+
+    @property
+    def message(self) -> str:
+        meta = self.result.get("_meta", {}).get(ERROR_META, {})
+        return str(meta.get("message", ""))
+
+
+def error_result(*, code: str, message: str, server: str = "") -> dict[str, Any]:
+    text = f"Toolroom: {message}"
+    return {
+        "content": [{"type": "text", "text": text}],
+        "isError": True,
+        "_meta": {ERROR_META: {"code": code, "server": server, "message": message}},
+    }
+
+
+class _Breaker:
+    """A per-server circuit breaker in this process: opens after consecutive failures, lets one
+    probe through after the cool-down (half-open), closes on a success."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.opened_at: float | None = None
+        self.probing = False
+
+    def admit(self, now: float) -> bool:
+        if self.opened_at is None:
+            return True
+        if now - self.opened_at < BREAKER_COOLDOWN_SECONDS or self.probing:
+            return False
+        self.probing = True  # half-open: this call is the probe
+        return True
+
+    def success(self) -> None:
+        self.failures = 0
+        self.opened_at = None
+        self.probing = False
+
+    def failure(self, now: float) -> bool:
+        """Count a failure; True when this one opened the circuit."""
+        self.failures += 1
+        was_open = self.opened_at is not None
+        self.probing = False
+        if self.failures >= BREAKER_THRESHOLD or was_open:
+            self.opened_at = now
+            return not was_open
+        return False
+
+    @property
+    def state(self) -> str:
+        if self.opened_at is None:
+            return "closed"
+        return "half_open" if self.probing else "open"
+
+
+class _ServerGate:
+    """A server's concurrency limit with a bounded queue of waiting calls."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.semaphore = asyncio.Semaphore(limit)
+        self.waiting = 0
+
+
+def isolation_key(target: CallTarget, *, team_id: int, conversation: str) -> str:
+    scope = target.policy.isolation_scope
+    if scope == IsolationScope.SHARED:
+        return "shared"
+    if scope == IsolationScope.CONVERSATION:
+        return "conversation:" + hashlib.sha256(conversation.encode()).hexdigest()[:24]
+    return f"team:{team_id}"
+
+
+def _arguments_digest(arguments: Mapping[str, Any]) -> tuple[int, str]:
+    raw = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return len(raw), hashlib.sha256(raw).hexdigest()
+
+
+def _load_plan(server_id: int) -> LaunchPlan:
+    server = McpServer.objects.select_related("status").get(pk=server_id)
+    return server_launch_plan(server=server)
+
+
+class Gateway:
+    """The call path of one gateway process."""
+
+    def __init__(self, *, pool: UpstreamPool, recorder: CallRecorder) -> None:
+        self.pool = pool
+        self.recorder = recorder
+        self.breakers: dict[int, _Breaker] = {}
+        self.gates: dict[int, _ServerGate] = {}
+
+    def breaker(self, server_id: int) -> _Breaker:
+        return self.breakers.setdefault(server_id, _Breaker())
+
+    def _gate(self, target: CallTarget) -> _ServerGate:
+        gate = self.gates.get(target.server_id)
+        if gate is None or gate.limit != target.policy.max_concurrency:
+            gate = _ServerGate(target.policy.max_concurrency)
+            self.gates[target.server_id] = gate
+        return gate
+
+    async def call(
+        self,
+        *,
+        identity: AgentIdentity,
+        name: str,
+        arguments: Mapping[str, Any],
+        conversation: str,
+        via: str,
+    ) -> GatewayResult:
+        started = time.time()
+        clock = time.perf_counter()
+        decision = await in_thread(
+            checks.call_check,
+            identity=identity,
+            name=name,
+            arguments=arguments,
+            conversation=conversation,
+        )
+        if not decision.allowed or decision.target is None:
+            result = GatewayResult(
+                result=error_result(
+                    code=decision.code, message=decision.message, server=decision.server_slug
+                ),
+                outcome=CallOutcome.REFUSED,
+                code=decision.code,
+                decision=decision,
+            )
+        else:
+            result = await self._call_upstream(
+                decision, decision.target, identity, arguments, conversation
+            )
+        self._record(
+            identity=identity,
+            decision=decision,
+            result=result,
+            arguments=arguments,
+            conversation=conversation,
+            via=via,
+            started=started,
+            clock=clock,
+        )
+        return result
+
+    async def _call_upstream(
+        self,
+        decision: CallDecision,
+        target: CallTarget,
+        identity: AgentIdentity,
+        arguments: Mapping[str, Any],
+        conversation: str,
+    ) -> GatewayResult:
+        def failed(code: str, message: str) -> GatewayResult:
+            return GatewayResult(
+                result=error_result(
+                    code=code, message=f"{target.server_slug}: {message}", server=target.server_slug
+                ),
+                outcome=CallOutcome.FAILED if code != checks.CIRCUIT_OPEN else CallOutcome.REFUSED,
+                code=code,
+                decision=decision,
+            )
+
+        breaker = self.breaker(target.server_id)
+        if not breaker.admit(time.monotonic()):
+            return failed(
+                checks.CIRCUIT_OPEN,
+                "the server failed its last calls (circuit open); calls are refused until a "
+                f"probe succeeds, at most {BREAKER_COOLDOWN_SECONDS:g} s from now.",
+            )
+        gate = self._gate(target)
+        deadline = target.policy.call_deadline_seconds
+        if gate.semaphore.locked() and gate.waiting >= target.policy.queue_limit:
+            breaker.probing = False
+            return failed(
+                SERVER_BUSY,
+                f"the server is at its limit of {gate.limit} concurrent calls and "
+                f"{target.policy.queue_limit} waiting; try again shortly.",
+            )
+        key = (
+            target.server_id,
+            isolation_key(target, team_id=identity.team_id, conversation=conversation),
+        )
+        end = time.monotonic() + deadline
+        failure: McpFailure | None = None
+        try:
+            with anyio.fail_after(deadline):
+                gate.waiting += 1
+                try:
+                    await gate.semaphore.acquire()
+                finally:
+                    gate.waiting -= 1
+                try:
+                    result = await self._attempts(target, key, arguments, end)
+                finally:
+                    gate.semaphore.release()
+        except TimeoutError:
+            failure = McpFailure(
+                "timeout", f"no answer within the call deadline of {deadline:g} s."
+            )
+        except McpFailure as exc:
+            failure = exc
+        if failure is not None:
+            if failure.kind in _BREAKING:
+                breaker.failure(time.monotonic())
+            else:
+                breaker.success()
+            return failed(_FAILURE_CODES.get(failure.kind, UPSTREAM_PROTOCOL), failure.message)
+        breaker.success()
+        if target.is_private_data and not result.get("isError"):
+            await in_thread(
+                checks.conversation_mark_private_data,
+                conversation=conversation,
+                server_slug=target.server_slug,
+            )
+        return GatewayResult(
+            result=result,
+            outcome=CallOutcome.TOOL_ERROR if result.get("isError") else CallOutcome.OK,
+            code=checks.ALLOWED,
+            decision=decision,
+        )
+
+    async def _attempts(
+        self,
+        target: CallTarget,
+        key: tuple[int, str],
+        arguments: Mapping[str, Any],
+        end: float,
+    ) -> dict[str, Any]:
+        """Call, reopening a dropped session once and retrying with backoff where safe."""
+        retries = 0
+        reopened = False
+        while True:
+            try:
+                return await self._once(target, key, arguments, end)
+            except McpFailure as failure:
+                safe = failure.kind in _NOT_REACHED or (
+                    target.permission_class == "read" and failure.kind == "closed"
+                )
+                if not safe:
+                    raise
+                if not reopened and failure.kind in ("closed", "connect"):
+                    reopened = True  # the session was dropped: reopen it once, at once
+                    continue
+                if retries >= len(RETRY_BACKOFF):
+                    raise
+                pause = RETRY_BACKOFF[retries]
+                if time.monotonic() + pause >= end:
+                    raise
+                retries += 1
+                await anyio.sleep(pause)
+
+    async def _once(
+        self,
+        target: CallTarget,
+        key: tuple[int, str],
+        arguments: Mapping[str, Any],
+        end: float,
+    ) -> dict[str, Any]:
+        if not target.is_remote:
+            raise McpFailure(
+                "connect",
+                "stdio and sandboxed servers are reached through their runtime worker, which "
+                "this gateway cannot reach yet.",
+            )
+
+        async def plan() -> LaunchPlan:
+            return await in_thread(_load_plan, server_id=target.server_id)
+
+        session, _ = await self.pool.session(key, plan)
+        remaining = max(0.05, end - time.monotonic())
+
+        async def work(connection: McpConnection) -> dict[str, Any]:
+            return await connection.call_tool(target.tool_name, arguments, timeout=remaining)
+
+        return await session.request(work)
+
+    def _record(
+        self,
+        *,
+        identity: AgentIdentity,
+        decision: CallDecision,
+        result: GatewayResult,
+        arguments: Mapping[str, Any],
+        conversation: str,
+        via: str,
+        started: float,
+        clock: float,
+    ) -> None:
+        target = decision.target
+        size, digest = _arguments_digest(arguments)
+        keep = target is not None and target.policy.keep_arguments
+        self.recorder.add(
+            ToolCallRecord(
+                started_at=started,
+                duration_ms=round((time.perf_counter() - clock) * 1000, 3),
+                name=decision.name[:200],
+                via=via,
+                outcome=result.outcome,
+                token_id=identity.token_id,
+                token_name=identity.name,
+                team_id=identity.team_id,
+                server_id=target.server_id if target else None,
+                server_slug=decision.server_slug,
+                tool_name=target.tool_name if target else "",
+                definition_hash=target.definition_hash if target else "",
+                conversation=hashlib.sha256(conversation.encode()).hexdigest()[:32]
+                if conversation
+                else "",
+                error_class="" if result.code == checks.ALLOWED else result.code,
+                error=result.message,
+                argument_bytes=size,
+                argument_digest=digest,
+                arguments=dict(arguments) if keep else None,
+            )
+        )
