@@ -59,6 +59,26 @@ CIRCUIT_OPEN = "circuit_open"
 PRIVATE_DATA_RATCHET = "private_data_ratchet"
 INVALID_ARGUMENTS = "invalid_arguments"
 
+# How a refusal reads over plain HTTP (the REST call endpoint); others are 403.
+REFUSAL_HTTP_STATUS = {
+    UNKNOWN_TOOL: 404,
+    INVALID_ARGUMENTS: 400,
+    TOKEN_EXPIRED: 401,
+    CIRCUIT_OPEN: 503,
+}
+
+
+def refusal_http_status(code: str) -> int:
+    return REFUSAL_HTTP_STATUS.get(code, 403)
+
+
+def rest_conversation_key(*, token_id: int, conversation: str) -> str:
+    """The conversation of a REST call: the id the agent sends, scoped to its token; none else
+    (plain REST calls keep no conversation, so the ratchet applies only where one is named)."""
+    given = conversation.strip()[:200]
+    return f"token:{token_id}:conversation:{given}" if given else ""
+
+
 PRIVATE_SENSITIVITIES = frozenset({DataSensitivity.CONFIDENTIAL, DataSensitivity.SECRET})
 RATCHET_SECONDS = 24 * 3600
 _TABLES_MAX = 4096

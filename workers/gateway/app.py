@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from registry.gateway import calls as checks
+from registry.gateway.models import CallOutcome
 from workers.gateway.auth import AgentPrincipal, AgentTokenBackend
 from workers.gateway.calls import (
     ERROR_META,
@@ -41,12 +42,8 @@ from workers.gateway.upstream import UpstreamPool
 logger = logging.getLogger(__name__)
 
 MAX_REST_BODY_BYTES = 4 * 1024 * 1024
-# How a refusal or failure maps onto HTTP for the REST endpoint.
-_REST_STATUS = {
-    checks.UNKNOWN_TOOL: 404,
-    checks.INVALID_ARGUMENTS: 400,
-    checks.TOKEN_EXPIRED: 401,
-    checks.CIRCUIT_OPEN: 503,
+# How an upstream failure maps onto HTTP for the REST endpoint (refusals: the registry's map).
+_UPSTREAM_STATUS = {
     SERVER_BUSY: 503,
     NOT_RUNNING: 503,
     UPSTREAM_TIMEOUT: 504,
@@ -102,19 +99,22 @@ def build_gateway_app() -> Starlette:
         if not isinstance(arguments, dict):
             return _error(400, "invalid", 'The body must be {"arguments": {...}}.')
         identity = user.agent
-        conversation = request.headers.get(CONVERSATION_HEADER, "").strip()[:200]
         outcome = await gateway.call(
             identity=identity,
             name=request.path_params["name"],
             arguments=arguments,
-            conversation=(
-                f"token:{identity.token_id}:conversation:{conversation}" if conversation else ""
+            conversation=checks.rest_conversation_key(
+                token_id=identity.token_id,
+                conversation=request.headers.get(CONVERSATION_HEADER, ""),
             ),
             via="rest",
         )
         if outcome.code != checks.ALLOWED:
             meta = outcome.result["_meta"][ERROR_META]
-            status = _REST_STATUS.get(outcome.code, 403 if outcome.outcome == "refused" else 502)
+            if outcome.outcome == CallOutcome.REFUSED:
+                status = checks.refusal_http_status(outcome.code)
+            else:
+                status = _UPSTREAM_STATUS.get(outcome.code, 502)
             return _error(status, outcome.code, meta["message"])
         result = outcome.result
         return JSONResponse(
