@@ -8,10 +8,12 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
 from registry.core import task_queue
+from registry.gateway.services import tool_calls_prune
 from registry.servers.discovery import discovery_request
 from registry.servers.health import (
     health_claim_due,
@@ -118,3 +120,9 @@ def discovery_schedule() -> int:
 @app.task(name=task_queue.HEALTH_HISTORY_PRUNE)
 def prune_health_history() -> int:
     return health_history_prune()
+
+
+@app.task(name=task_queue.GATEWAY_CALLS_PRUNE)
+def prune_gateway_calls() -> int:
+    """Delete call records older than TOOLROOM_GATEWAY_CALL_RETENTION_DAYS."""
+    return tool_calls_prune(keep_days=settings.TOOLROOM_GATEWAY_CALL_RETENTION_DAYS)

@@ -24,6 +24,7 @@ from registry.audit.selectors import audit_events_for_server
 from registry.core.canonical import pretty_json
 from registry.core.errors import ApplicationError
 from registry.core.secret_fields import mask_mapping
+from registry.gateway.admin import gateway_policy_summary
 from registry.servers import services
 from registry.servers.admin_forms import (
     McpServerAdminForm,
@@ -187,6 +188,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "reviewed_by",
         "reviewed_at",
         "tier_policy_summary",
+        "gateway",
     ]
     actions = [
         "discover_selected",
@@ -245,6 +247,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     "memory_limit_mb",
                     "cpu_limit",
                     "pids_limit",
+                    "gateway",
                 ]
             },
         ),
@@ -307,6 +310,10 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             ApprovalState.UNAPPROVED,
             count,
         )
+
+    @admin.display(description="Gateway")
+    def gateway(self, obj: McpServer) -> SafeString:
+        return gateway_policy_summary(obj)
 
     @admin.display(description="What the tier allows")
     def tier_policy_summary(self, obj: McpServer) -> SafeString:
