@@ -416,6 +416,16 @@ TOOLROOM_GATEWAY_CALL_RETENTION_DAYS: int = env.int(
 )
 # Upstream HTTP sessions nobody used for this long are closed.
 TOOLROOM_GATEWAY_IDLE_SECONDS: int = env.int("TOOLROOM_GATEWAY_IDLE_SECONDS", default=300)
+# A runtime worker's private endpoint, through which gateways call its stdio/sandboxed servers.
+TOOLROOM_RUNTIME_ENDPOINT_ENABLED: bool = env.bool(
+    "TOOLROOM_RUNTIME_ENDPOINT_ENABLED", default=True
+)
+TOOLROOM_RUNTIME_ENDPOINT_HOST: str = env.str("TOOLROOM_RUNTIME_ENDPOINT_HOST", default="127.0.0.1")
+TOOLROOM_RUNTIME_ENDPOINT_PORT: int = env.int("TOOLROOM_RUNTIME_ENDPOINT_PORT", default=0)
+# The host name gateways use to reach it (empty: the listening host).
+TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE: str = env.str(
+    "TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE", default=""
+)
 # Stateless (2026-07-28) clients without a conversation id: one conversation per token and window.
 TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS: int = env.int(
     "TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS", default=3600

@@ -68,6 +68,8 @@ class ServerGatewayPolicy(models.Model):
     keep_arguments = models.BooleanField(
         default=False, help_text="Keep argument values in the call audit (else size and digest)."
     )
+    # Written by the gateway (throttled): an on-demand server is wanted warm until this moment.
+    demanded_until = models.DateTimeField(null=True, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -52,10 +52,30 @@ def _echo_tools() -> list[dict[str, Any]]:
     ]
 
 
+MEMORY_TOOLS = [
+    {
+        "name": "remember",
+        "description": "Remember a text (in this process).",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        },
+    },
+    {
+        "name": "recall",
+        "description": "Everything this process was told to remember.",
+        "inputSchema": {"type": "object", "properties": {}},
+        "annotations": {"readOnlyHint": True},
+    },
+]
+_memory: list[str] = []
+
+
 def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.tools_file:
         return list(json.loads(Path(args.tools_file).read_text()))
-    tools = _echo_tools()
+    tools = _echo_tools() + (MEMORY_TOOLS if args.memory else [])
     if args.tool_count:
         tools = [
             {
@@ -108,6 +128,11 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             text = str(arguments.get("text", ""))
         elif params.name == "add":
             text = str(int(arguments["a"]) + int(arguments["b"]))
+        elif params.name == "remember" and args.memory:
+            _memory.append(str(arguments.get("text", "")))
+            text = "remembered"
+        elif params.name == "recall" and args.memory:
+            text = ",".join(_memory)
         elif params.name == "sleep":
             await anyio.sleep(float(arguments.get("seconds", 0)))
             text = "slept"
@@ -180,6 +205,7 @@ def main() -> None:
     parser.add_argument("--schema-bytes", type=int, default=0)
     parser.add_argument("--hang-on", choices=["start", "list", "call"])
     parser.add_argument("--crash-on-call", action="store_true")
+    parser.add_argument("--memory", action="store_true", help="add remember/recall tools")
     parser.add_argument("--garbage", action="store_true", help="print only garbage on stdout")
     parser.add_argument("--stderr-lines", type=int, default=0)
     parser.add_argument("--http", type=int, help="serve Streamable HTTP on this port")

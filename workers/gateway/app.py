@@ -37,7 +37,7 @@ from workers.gateway.calls import (
 )
 from workers.gateway.mcp_server import CONVERSATION_HEADER, GatewayServer
 from workers.gateway.recorder import CallRecorder
-from workers.gateway.upstream import UpstreamPool
+from workers.session_pool import UpstreamPool
 
 logger = logging.getLogger(__name__)
 

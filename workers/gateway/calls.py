@@ -22,6 +22,7 @@ import anyio
 from django.db import close_old_connections
 
 from registry.gateway import calls as checks
+from registry.gateway import runtimes
 from registry.gateway.calls import CallDecision, CallTarget
 from registry.gateway.models import CallOutcome, IsolationScope
 from registry.gateway.services import ToolCallRecord
@@ -30,7 +31,8 @@ from registry.servers.models import McpServer
 from registry.teams.tokens import AgentIdentity
 from workers.adapters.mcp_client import McpConnection, McpFailure
 from workers.gateway.recorder import CallRecorder
-from workers.gateway.upstream import UpstreamPool
+from workers.gateway.runtime_link import RuntimeLink
+from workers.session_pool import UpstreamPool
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,6 +41,8 @@ ERROR_META = "toolroom/error"
 RETRY_BACKOFF = (1.0, 2.0, 4.0)
 BREAKER_THRESHOLD = 5
 BREAKER_COOLDOWN_SECONDS = 10.0
+START_POLL_SECONDS = 0.1
+DEMAND_SECONDS = 30.0
 
 # Upstream failure codes (besides the refusal codes of registry.gateway.calls).
 UPSTREAM_TIMEOUT = "upstream_timeout"
@@ -173,6 +177,10 @@ class Gateway:
         self.recorder = recorder
         self.breakers: dict[int, _Breaker] = {}
         self.gates: dict[int, _ServerGate] = {}
+        self.locations: dict[int, runtimes.RuntimeLocation] = {}
+        self.links: dict[str, RuntimeLink] = {}
+        self._demanded: dict[int, float] = {}
+        self.secret = runtimes.runtime_endpoint_secret()
 
     def breaker(self, server_id: int) -> _Breaker:
         return self.breakers.setdefault(server_id, _Breaker())
@@ -342,11 +350,7 @@ class Gateway:
         end: float,
     ) -> dict[str, Any]:
         if not target.is_remote:
-            raise McpFailure(
-                "connect",
-                "stdio and sandboxed servers are reached through their runtime worker, which "
-                "this gateway cannot reach yet.",
-            )
+            return await self._through_runtime(target, key, arguments, end)
 
         async def plan() -> LaunchPlan:
             return await in_thread(_load_plan, server_id=target.server_id)
@@ -358,6 +362,65 @@ class Gateway:
             return await connection.call_tool(target.tool_name, arguments, timeout=remaining)
 
         return await session.request(work)
+
+    async def _through_runtime(
+        self,
+        target: CallTarget,
+        key: tuple[int, str],
+        arguments: Mapping[str, Any],
+        end: float,
+    ) -> dict[str, Any]:
+        """A stdio or sandboxed server: through the private endpoint of the runtime worker that
+        holds it, started on demand (the call waits for it within its deadline)."""
+        server_id = target.server_id
+        location = self.locations.get(server_id)
+        if location is None or not location.running:
+            location = await in_thread(runtimes.server_runtime_location, server_id=server_id)
+        if not location.running:
+            await in_thread(
+                runtimes.server_runtime_demand,
+                server_id=server_id,
+                idle_stop_seconds=target.policy.idle_stop_seconds,
+                start=True,
+            )
+            self._demanded[server_id] = time.monotonic()
+            while not location.running:
+                if time.monotonic() + START_POLL_SECONDS >= end:
+                    raise McpFailure(
+                        "timeout",
+                        "the server is not running and did not start within the call deadline "
+                        "(it is starting now: try again shortly).",
+                    )
+                await anyio.sleep(START_POLL_SECONDS)
+                location = await in_thread(runtimes.server_runtime_location, server_id=server_id)
+        elif time.monotonic() - self._demanded.get(server_id, 0.0) >= DEMAND_SECONDS:
+            # Keep an on-demand server warm while it is used (written at most twice a minute).
+            self._demanded[server_id] = time.monotonic()
+            await in_thread(
+                runtimes.server_runtime_demand,
+                server_id=server_id,
+                idle_stop_seconds=target.policy.idle_stop_seconds,
+                start=False,
+            )
+        self.locations[server_id] = location
+        assert location.address is not None  # noqa: S101 (running implies an address)
+        link = self.links.get(location.address)
+        if link is None:
+            link = self.links[location.address] = RuntimeLink(location.address, self.secret)
+        try:
+            return await link.call(
+                {
+                    "server_id": server_id,
+                    "scope": key[1],
+                    "tool": target.tool_name,
+                    "arguments": dict(arguments),
+                    "timeout": max(0.05, end - time.monotonic()),
+                }
+            )
+        except McpFailure as failure:
+            if failure.kind in ("connect", "closed"):
+                self.locations.pop(server_id, None)  # look it up again on the next attempt
+            raise
 
     def _record(
         self,

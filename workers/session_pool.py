@@ -1,4 +1,7 @@
-"""Pooled upstream sessions to Streamable HTTP and SSE servers, one owner task per session.
+"""Pooled sessions to MCP servers keyed by isolation, one owner task per session.
+
+The gateway pools its sessions to Streamable HTTP and SSE servers here; a runtime worker pools
+the per-team and per-conversation sessions of the stdio and sandboxed servers it holds.
 
 A session is keyed by (server, isolation key): `shared`, `team:<id>` or `conversation:<key>`, as
 the server's isolation scope says, so state never crosses that boundary. Its owner task opens it
@@ -178,6 +181,11 @@ class UpstreamPool:
         session = self.sessions.pop(key, None)
         if session is not None:
             await session.stop()
+
+    async def drop_server(self, server_id: int) -> None:
+        """Close every session of one server (it stopped, or moved to another worker)."""
+        for key in [key for key in self.sessions if key[0] == server_id]:
+            await self.drop(key)
 
     async def _reap_idle(self) -> None:
         while True:
