@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from registry.audit.services import Actor, audit_record
 from registry.gateway.models import ServerGatewayPolicy, ToolCall
-from registry.servers.models import McpServer
+from registry.servers.models import CircuitState, Health, McpServer, ServerStatus
 from registry.servers.signals import announce_visibility_change
 
 RECORD_BATCH_SIZE = 500
@@ -101,3 +101,41 @@ def server_gateway_policy_set(
             )
             announce_visibility_change(server_ids=[server.pk], reason="server.gateway_policy")
     return policy
+
+
+def server_circuit_trip(*, server_id: int, error: str) -> bool:
+    """The gateway saw the server fail call after call: open its circuit in the shared health
+    state (every gateway process then refuses fast) and have it health-checked at once; the
+    health check is the half-open probe, whose success closes the circuit again.
+
+    Returns False when the circuit was already open (nothing to do)."""
+    now = timezone.now()
+    with transaction.atomic():
+        status = ServerStatus.objects.select_for_update().filter(server_id=server_id).first()
+        if status is None or status.circuit_state == CircuitState.OPEN:
+            return False
+        status.circuit_state = CircuitState.OPEN
+        status.circuit_opened_at = now
+        status.health = Health.UNHEALTHY
+        status.last_error = f"Gateway calls failed: {error}"[:2000]
+        status.next_check_at = now
+        status.save(
+            update_fields=[
+                "circuit_state",
+                "circuit_opened_at",
+                "health",
+                "last_error",
+                "next_check_at",
+                "updated_at",
+            ]
+        )
+        server = McpServer.objects.get(pk=server_id)
+        audit_record(
+            actor="gateway",
+            action="server.circuit_opened",
+            target=server,
+            server=server,
+            summary=f"The gateway opened the circuit of {server.slug}: {error}"[:500],
+        )
+        announce_visibility_change(server_ids=[server_id], reason="server.circuit_opened")
+    return True

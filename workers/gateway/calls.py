@@ -25,7 +25,7 @@ from registry.gateway import calls as checks
 from registry.gateway import runtimes
 from registry.gateway.calls import CallDecision, CallTarget
 from registry.gateway.models import CallOutcome, IsolationScope
-from registry.gateway.services import ToolCallRecord
+from registry.gateway.services import ToolCallRecord, server_circuit_trip
 from registry.servers.launch import LaunchPlan, server_launch_plan
 from registry.servers.models import McpServer
 from registry.teams.tokens import AgentIdentity
@@ -104,17 +104,25 @@ def error_result(*, code: str, message: str, server: str = "") -> dict[str, Any]
 
 class _Breaker:
     """A per-server circuit breaker in this process: opens after consecutive failures, lets one
-    probe through after the cool-down (half-open), closes on a success."""
+    probe through after the cool-down (half-open), closes on a success. (The health checks'
+    circuit, shared by every process, is in the call table: `CallTarget.circuit_open`.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, *, threshold: int, cooldown: float) -> None:
+        self.threshold = threshold
+        self.cooldown = cooldown
         self.failures = 0
         self.opened_at: float | None = None
+        self.opened_version: int | None = None
         self.probing = False
 
-    def admit(self, now: float) -> bool:
+    def admit(self, now: float, version: int | None) -> bool:
+        """Whether a call may go; a catalogue version newer than the one the circuit opened at
+        (the health check closed the shared circuit, for instance) allows the probe at once."""
         if self.opened_at is None:
             return True
-        if now - self.opened_at < BREAKER_COOLDOWN_SECONDS or self.probing:
+        if self.probing:
+            return False
+        if now - self.opened_at < self.cooldown and version == self.opened_version:
             return False
         self.probing = True  # half-open: this call is the probe
         return True
@@ -124,13 +132,14 @@ class _Breaker:
         self.opened_at = None
         self.probing = False
 
-    def failure(self, now: float) -> bool:
+    def failure(self, now: float, version: int | None) -> bool:
         """Count a failure; True when this one opened the circuit."""
         self.failures += 1
         was_open = self.opened_at is not None
         self.probing = False
-        if self.failures >= BREAKER_THRESHOLD or was_open:
+        if self.failures >= self.threshold or was_open:
             self.opened_at = now
+            self.opened_version = version
             return not was_open
         return False
 
@@ -181,9 +190,16 @@ class Gateway:
         self.links: dict[str, RuntimeLink] = {}
         self._demanded: dict[int, float] = {}
         self.secret = runtimes.runtime_endpoint_secret()
+        self.breaker_threshold = BREAKER_THRESHOLD
+        self.breaker_cooldown = BREAKER_COOLDOWN_SECONDS
 
     def breaker(self, server_id: int) -> _Breaker:
-        return self.breakers.setdefault(server_id, _Breaker())
+        breaker = self.breakers.get(server_id)
+        if breaker is None:
+            breaker = self.breakers[server_id] = _Breaker(
+                threshold=self.breaker_threshold, cooldown=self.breaker_cooldown
+            )
+        return breaker
 
     def _gate(self, target: CallTarget) -> _ServerGate:
         gate = self.gates.get(target.server_id)
@@ -254,11 +270,11 @@ class Gateway:
             )
 
         breaker = self.breaker(target.server_id)
-        if not breaker.admit(time.monotonic()):
+        if not breaker.admit(time.monotonic(), decision.version):
             return failed(
                 checks.CIRCUIT_OPEN,
                 "the server failed its last calls (circuit open); calls are refused until a "
-                f"probe succeeds, at most {BREAKER_COOLDOWN_SECONDS:g} s from now.",
+                f"probe succeeds, at most {breaker.cooldown:g} s from now.",
             )
         gate = self._gate(target)
         deadline = target.policy.call_deadline_seconds
@@ -294,7 +310,8 @@ class Gateway:
             failure = exc
         if failure is not None:
             if failure.kind in _BREAKING:
-                breaker.failure(time.monotonic())
+                if breaker.failure(time.monotonic(), decision.version):
+                    await self._trip(target, failure)
             else:
                 breaker.success()
             return failed(_FAILURE_CODES.get(failure.kind, UPSTREAM_PROTOCOL), failure.message)
@@ -311,6 +328,13 @@ class Gateway:
             code=checks.ALLOWED,
             decision=decision,
         )
+
+    async def _trip(self, target: CallTarget, failure: McpFailure) -> None:
+        """Share an opened circuit with the health state (logged, never raised)."""
+        try:
+            await in_thread(server_circuit_trip, server_id=target.server_id, error=failure.message)
+        except Exception:
+            logger.exception("could not record the open circuit of %s", target.server_slug)
 
     async def _attempts(
         self,
