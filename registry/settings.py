@@ -416,6 +416,11 @@ TOOLROOM_GATEWAY_CALL_RETENTION_DAYS: int = env.int(
 )
 # Upstream HTTP sessions nobody used for this long are closed.
 TOOLROOM_GATEWAY_IDLE_SECONDS: int = env.int("TOOLROOM_GATEWAY_IDLE_SECONDS", default=300)
+# The key that signs callers' identity tokens (EC P-256, PEM; or TOOLROOM_IDENTITY_KEY_FILE).
+# Empty: outside production a key kept in TOOLROOM_DATA_DIR (identity-key.pem) is made on first use;
+# in production, servers whose policy passes the caller's identity cannot be called without it.
+TOOLROOM_IDENTITY_KEY: str = env.str("TOOLROOM_IDENTITY_KEY", default="")
+TOOLROOM_IDENTITY_KEY_PATH: str = "" if IS_PRODUCTION else str(DATA_DIR / "identity-key.pem")
 # A runtime worker's private endpoint, through which gateways call its stdio/sandboxed servers.
 TOOLROOM_RUNTIME_ENDPOINT_ENABLED: bool = env.bool(
     "TOOLROOM_RUNTIME_ENDPOINT_ENABLED", default=True

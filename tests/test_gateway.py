@@ -304,3 +304,85 @@ def test_the_rest_call_endpoint_runs_the_same_checks_through_the_web_app(
     api_client.credentials()
     schema = api_client.get("/api/schema/").content.decode()
     assert "/api/v1/tools/{name}/call:\n    post:\n      operationId: tool_call" in schema
+
+
+def test_the_callers_identity_reaches_the_server_signed_and_cannot_be_forged(gateway, tmp_path):
+    import json
+    import time
+
+    from mcp import Client
+
+    from registry.gateway.identity import identity_token
+    from registry.gateway.services import server_gateway_policy_set
+    from tests.mcp_fixtures import start_http_scenario
+
+    upstream = start_http_scenario(
+        "--verify-identity",
+        f"{gateway.base}/.well-known/jwks.json",
+        "--audience",
+        "toolroom:server:ids",
+    )
+    try:
+        server = discovered_http_server("ids", upstream.url)
+        server_gateway_policy_set(actor="test", server=server, pass_identity=True)
+        team = TeamFactory(slug="delta")
+        GrantFactory(team=team, server=server)
+        token = AgentTokenFactory(team=team, name="ci-bot")
+        result = _call(gateway, token.plain, name="ids__whoami", arguments={})
+
+        async def direct(identity):
+            async with Client(upstream.url) as client:
+                return await client.call_tool("whoami", {}, meta={"toolroom/identity": identity})
+
+        good = identity_token(
+            token_id=1, agent="x", team_id=1, team_slug="t", role="r", tool="whoami",
+            server_slug="ids",
+        )  # fmt: skip
+        header, payload, signature = good.split(".")
+        forged_claims = json.loads(_b64decode(payload)) | {"team": "someone-else"}
+        forged = ".".join([header, _b64encode(json.dumps(forged_claims)), signature])
+        expired = identity_token(
+            token_id=1, agent="x", team_id=1, team_slug="t", role="r", tool="whoami",
+            server_slug="ids", now=time.time() - 120,
+        )  # fmt: skip
+        other_audience = identity_token(
+            token_id=1, agent="x", team_id=1, team_slug="t", role="r", tool="whoami",
+            server_slug="elsewhere",
+        )  # fmt: skip
+        answers = {
+            name: anyio.run(direct, value)
+            for name, value in {
+                "good": good,
+                "forged": forged,
+                "expired": expired,
+                "audience": other_audience,
+            }.items()
+        }
+    finally:
+        upstream.stop()
+
+    assert result.is_error is False, text_of(result)
+    claims = json.loads(text_of(result))
+    assert claims["team"] == "delta"
+    assert claims["agent"] == "ci-bot"
+    assert claims["role"] == "operations"
+    assert claims["tool"] == "whoami"
+    assert claims["sub"] == f"agent-token:{token.pk}"
+    assert claims["exp"] - claims["iat"] <= 60
+    assert token.plain not in text_of(result)  # the agent's own token never goes upstream
+    assert answers["good"].is_error is False
+    assert "Signature verification failed" in text_of(answers["forged"])
+    assert "Signature has expired" in text_of(answers["expired"])
+    assert "Audience doesn't match" in text_of(answers["audience"])
+
+
+def _b64decode(part):
+    import base64
+
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def _b64encode(text):
+    import base64
+
+    return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()

@@ -320,6 +320,7 @@ class RuntimeManager:
         if runtime is None or runtime.finished.is_set():
             raise McpFailure("connect", "This runtime worker does not hold the server (any more).")
         tool, arguments = str(request["tool"]), dict(request.get("arguments") or {})
+        meta = dict(request.get("meta") or {}) or None
         try:
             async with asyncio.timeout(timeout):
                 await runtime.ready.wait()
@@ -327,7 +328,7 @@ class RuntimeManager:
             raise McpFailure("timeout", f"The server was not ready within {timeout:g} s.") from None
 
         async def work(connection: McpConnection) -> dict[str, Any]:
-            return await connection.call_tool(tool, arguments, timeout=timeout)
+            return await connection.call_tool(tool, arguments, timeout=timeout, meta=meta)
 
         if scope == "shared":
             return await runtime.request(work)

@@ -135,6 +135,8 @@ class CallDecision:
     role_id: int | None = None
     version: int | None = None
     server_slug: str = ""
+    team_slug: str = ""
+    role_name: str = ""
 
     @property
     def message(self) -> str:
@@ -155,6 +157,7 @@ class CallTable:
     version: int
     role_name: str
     permission_classes: tuple[str, ...]
+    team_slug: str = ""
     targets: dict[str, CallTarget] = field(default_factory=dict)
     refusals: dict[str, _Refusal] = field(default_factory=dict)
 
@@ -264,7 +267,12 @@ def call_table_build(*, team_id: int, role_id: int, version: int) -> CallTable:
         .order_by()
         .values(*_ROW_FIELDS)
     )
-    table = CallTable(version=version, role_name=catalogue.role_name, permission_classes=classes)
+    table = CallTable(
+        version=version,
+        role_name=catalogue.role_name,
+        permission_classes=classes,
+        team_slug=catalogue.team_slug,
+    )
     for row in rows:
         entry = visible.get(row["pk"])
         if entry is None:
@@ -438,4 +446,6 @@ def call_check(
         role_id=identity.role_id,
         version=table.version,
         server_slug=target.server_slug,
+        team_slug=table.team_slug,
+        role_name=table.role_name,
     )

@@ -70,12 +70,32 @@ MEMORY_TOOLS = [
     },
 ]
 _memory: list[str] = []
+WHOAMI_TOOL = {
+    "name": "whoami",
+    "description": "Who is calling, from the identity token Toolroom signed.",
+    "inputSchema": {"type": "object", "properties": {}},
+    "annotations": {"readOnlyHint": True},
+}
+
+
+def _whoami(params: types.CallToolRequestParams, jwks_url: str, audience: str) -> str:
+    """Verify the caller's identity token with a JWT library (PyJWT) against Toolroom's keys."""
+    import jwt
+
+    token = (params.meta or {}).get("toolroom/identity")
+    if not token:
+        raise ValueError("no identity token in _meta")
+    key = jwt.PyJWKClient(jwks_url).get_signing_key_from_jwt(token)
+    claims = jwt.decode(token, key.key, algorithms=["ES256"], audience=audience, issuer="toolroom")
+    return json.dumps(claims, sort_keys=True)
 
 
 def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.tools_file:
         return list(json.loads(Path(args.tools_file).read_text()))
     tools = _echo_tools() + (MEMORY_TOOLS if args.memory else [])
+    if args.verify_identity:
+        tools.append(WHOAMI_TOOL)
     if args.tool_count:
         tools = [
             {
@@ -128,6 +148,14 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             text = str(arguments.get("text", ""))
         elif params.name == "add":
             text = str(int(arguments["a"]) + int(arguments["b"]))
+        elif params.name == "whoami" and args.verify_identity:
+            try:
+                text = _whoami(params, args.verify_identity, args.audience)
+            except Exception as exc:
+                return types.CallToolResult(
+                    content=[types.TextContent(type="text", text=f"identity refused: {exc}")],
+                    is_error=True,
+                )
         elif params.name == "remember" and args.memory:
             _memory.append(str(arguments.get("text", "")))
             text = "remembered"
@@ -206,6 +234,8 @@ def main() -> None:
     parser.add_argument("--hang-on", choices=["start", "list", "call"])
     parser.add_argument("--crash-on-call", action="store_true")
     parser.add_argument("--memory", action="store_true", help="add remember/recall tools")
+    parser.add_argument("--verify-identity", help="JWKS URL: add a whoami tool that verifies")
+    parser.add_argument("--audience", default="", help="the audience whoami expects")
     parser.add_argument("--garbage", action="store_true", help="print only garbage on stdout")
     parser.add_argument("--stderr-lines", type=int, default=0)
     parser.add_argument("--http", type=int, help="serve Streamable HTTP on this port")

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, cast
 
 import anyio
 import httpcore2
@@ -351,11 +351,21 @@ class McpConnection:
         return await self._list_all("prompts/list", "list_prompts", "prompts")
 
     async def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | None = None, *, timeout: float | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """Call a tool; `meta` goes into the request's `_meta` (e.g. a caller's identity)."""
         result = await self._call(
             f"tools/call {name}",
-            lambda: self._client.call_tool(name, dict(arguments or {})),
+            lambda: self._client.call_tool(
+                name,
+                dict(arguments or {}),
+                meta=cast(types.RequestParamsMeta, dict(meta)) if meta else None,
+            ),
             timeout=timeout,
         )
         return _wire(result)

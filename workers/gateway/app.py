@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from registry.gateway import calls as checks
+from registry.gateway.identity import identity_jwks
 from registry.gateway.models import CallOutcome
 from workers.gateway.auth import AgentPrincipal, AgentTokenBackend
 from workers.gateway.calls import (
@@ -125,6 +126,10 @@ def build_gateway_app() -> Starlette:
             }
         )
 
+    async def jwks(request: Request) -> Response:
+        keys = await anyio.to_thread.run_sync(identity_jwks)
+        return JSONResponse(keys, headers={"Cache-Control": "public, max-age=300"})
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True, "upstreamSessions": len(pool.sessions)})
 
@@ -149,6 +154,7 @@ def build_gateway_app() -> Starlette:
             Route("/mcp/", endpoint=mcp_endpoint),
             Route("/api/v1/tools/{name}/call", endpoint=rest_call, methods=["POST"]),
             Route("/healthz", endpoint=healthz, methods=["GET"]),
+            Route("/.well-known/jwks.json", endpoint=jwks, methods=["GET"]),
         ],
         middleware=[
             Middleware(AuthenticationMiddleware, backend=AgentTokenBackend(), on_error=auth_error),

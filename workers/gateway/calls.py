@@ -24,6 +24,7 @@ from django.db import close_old_connections
 from registry.gateway import calls as checks
 from registry.gateway import runtimes
 from registry.gateway.calls import CallDecision, CallTarget
+from registry.gateway.identity import identity_token
 from registry.gateway.models import CallOutcome, IsolationScope
 from registry.gateway.services import ToolCallRecord, server_circuit_trip
 from registry.servers.launch import LaunchPlan, server_launch_plan
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 ERROR_META = "toolroom/error"
+IDENTITY_META = "toolroom/identity"
 RETRY_BACKOFF = (1.0, 2.0, 4.0)
 BREAKER_THRESHOLD = 5
 BREAKER_COOLDOWN_SECONDS = 10.0
@@ -299,7 +301,8 @@ class Gateway:
                 finally:
                     gate.waiting -= 1
                 try:
-                    result = await self._attempts(target, key, arguments, end)
+                    meta = self._identity_meta(decision, target, identity)
+                    result = await self._attempts(target, key, arguments, end, meta)
                 finally:
                     gate.semaphore.release()
         except TimeoutError:
@@ -336,19 +339,37 @@ class Gateway:
         except Exception:
             logger.exception("could not record the open circuit of %s", target.server_slug)
 
+    def _identity_meta(
+        self, decision: CallDecision, target: CallTarget, identity: AgentIdentity
+    ) -> dict[str, Any] | None:
+        """The caller's identity, signed, for a server whose policy asks for it."""
+        if not target.policy.pass_identity:
+            return None
+        token = identity_token(
+            token_id=identity.token_id,
+            agent=identity.name,
+            team_id=identity.team_id,
+            team_slug=decision.team_slug,
+            role=decision.role_name,
+            tool=target.tool_name,
+            server_slug=target.server_slug,
+        )
+        return {IDENTITY_META: token}
+
     async def _attempts(
         self,
         target: CallTarget,
         key: tuple[int, str],
         arguments: Mapping[str, Any],
         end: float,
+        meta: dict[str, Any] | None,
     ) -> dict[str, Any]:
         """Call, reopening a dropped session once and retrying with backoff where safe."""
         retries = 0
         reopened = False
         while True:
             try:
-                return await self._once(target, key, arguments, end)
+                return await self._once(target, key, arguments, end, meta)
             except McpFailure as failure:
                 safe = failure.kind in _NOT_REACHED or (
                     target.permission_class == "read" and failure.kind == "closed"
@@ -372,9 +393,10 @@ class Gateway:
         key: tuple[int, str],
         arguments: Mapping[str, Any],
         end: float,
+        meta: dict[str, Any] | None,
     ) -> dict[str, Any]:
         if not target.is_remote:
-            return await self._through_runtime(target, key, arguments, end)
+            return await self._through_runtime(target, key, arguments, end, meta)
 
         async def plan() -> LaunchPlan:
             return await in_thread(_load_plan, server_id=target.server_id)
@@ -383,7 +405,9 @@ class Gateway:
         remaining = max(0.05, end - time.monotonic())
 
         async def work(connection: McpConnection) -> dict[str, Any]:
-            return await connection.call_tool(target.tool_name, arguments, timeout=remaining)
+            return await connection.call_tool(
+                target.tool_name, arguments, timeout=remaining, meta=meta
+            )
 
         return await session.request(work)
 
@@ -393,6 +417,7 @@ class Gateway:
         key: tuple[int, str],
         arguments: Mapping[str, Any],
         end: float,
+        meta: dict[str, Any] | None,
     ) -> dict[str, Any]:
         """A stdio or sandboxed server: through the private endpoint of the runtime worker that
         holds it, started on demand (the call waits for it within its deadline)."""
@@ -439,6 +464,7 @@ class Gateway:
                     "tool": target.tool_name,
                     "arguments": dict(arguments),
                     "timeout": max(0.05, end - time.monotonic()),
+                    "meta": meta or {},
                 }
             )
         except McpFailure as failure:
