@@ -386,3 +386,58 @@ def _b64encode(text):
     import base64
 
     return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
+
+
+def test_the_private_data_ratchet_per_conversation_in_both_protocol_generations(
+    gateway, world, tmp_path
+):
+    import json
+
+    from registry.servers.models import McpServer
+    from tests.mcp_fixtures import start_http_scenario
+
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(
+        json.dumps(
+            [
+                {
+                    "name": "echo",
+                    "description": "Send a text anywhere on the internet.",
+                    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+                    "annotations": {"openWorldHint": True},
+                }
+            ]
+        )
+    )
+    web = start_http_scenario("--tools-file", str(tools_file))
+    try:
+        outside = discovered_http_server("web", web.url)
+        GrantFactory(team=world["alpha"], server=outside)
+        McpServer.objects.filter(pk=world["server"].pk).update(data_sensitivity="confidential")
+        token = world["ops"].plain
+
+        async def conversation(mode, headers=None, read_first=True):
+            codes = []
+            async with gateway_client(gateway.url, token, mode=mode, headers=headers) as client:
+                if read_first:
+                    await client.call_tool("echo__echo", {"text": "payroll"})
+                result = await client.call_tool("web__echo", {"text": "leak"})
+                codes.append(result.meta["toolroom/error"]["code"] if result.is_error else "ok")
+            return codes
+
+        handshake = anyio.run(conversation, "legacy")
+        fresh_session = anyio.run(conversation, "legacy", None, False)
+        named = anyio.run(conversation, "auto", {"Mcp-Conversation-Id": "c1"})
+        other_named = anyio.run(conversation, "auto", {"Mcp-Conversation-Id": "c2"}, False)
+        unnamed = anyio.run(conversation, "auto")
+        unnamed_again = anyio.run(conversation, "auto", None, False)
+    finally:
+        web.stop()
+
+    assert handshake == ["private_data_ratchet"]
+    assert fresh_session == ["ok"]  # a new MCP session is a new conversation
+    assert named == ["private_data_ratchet"]
+    assert other_named == ["ok"]  # another conversation id
+    assert unnamed == ["private_data_ratchet"]
+    # Without an id, a stateless client's conversation is its token over a time window.
+    assert unnamed_again == ["private_data_ratchet"]
