@@ -78,8 +78,11 @@ def build_gateway_app() -> Starlette:
     ).build()
     # Agents authenticate with a bearer token, never an ambient credential (cookie), so a
     # DNS-rebound page cannot act as an agent; the Host header is checked by the proxy in front.
+    # Plain JSON answers (no SSE framing) for requests: cheaper on both sides. Servers' messages
+    # to the client outside a request go on the session's GET stream, as the transport has it.
     manager = StreamableHTTPSessionManager(
         app=server,
+        json_response=True,
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         session_idle_timeout=float(settings.TOOLROOM_GATEWAY_IDLE_SECONDS),
     )

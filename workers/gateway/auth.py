@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 
-import anyio
-from django.db import close_old_connections
+from django.core.exceptions import SynchronousOnlyOperation
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.authentication import AuthCredentials, AuthenticationBackend
@@ -24,6 +23,7 @@ from registry.teams.tokens import (
     token_authenticate,
     token_mark_used,
 )
+from workers.gateway.calls import in_thread
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class AgentPrincipal(AuthenticatedUser):
         self.agent = identity
 
 
-def agent_identity(plain: str) -> AgentIdentity | None:
+def agent_identity(*, plain: str) -> AgentIdentity | None:
     """The identity behind a bearer token, or None (and the last use recorded)."""
     if not plain.startswith(f"{TOKEN_PREFIX}_"):
         return None
@@ -52,8 +52,6 @@ def agent_identity(plain: str) -> AgentIdentity | None:
     except TokenRejected as exc:
         logger.info("gateway: agent token refused: %s", exc.reason)
         return None
-    finally:
-        close_old_connections()
     token_mark_used(identity, may_write_database=False)
     return identity
 
@@ -73,7 +71,10 @@ class AgentTokenBackend(AuthenticationBackend):
         plain = bearer_token(conn)
         if plain is None:
             return None
-        identity = await anyio.to_thread.run_sync(agent_identity, plain)
+        try:  # from the cache, in the event loop; a cache miss reads the database in a thread
+            identity = agent_identity(plain=plain)
+        except SynchronousOnlyOperation:
+            identity = await in_thread(agent_identity, plain=plain)
         if identity is None:
             return None
         return AuthCredentials([]), AgentPrincipal(identity, plain)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
+from django.core.exceptions import SynchronousOnlyOperation
 from django.db import close_old_connections
 
 from registry.gateway import calls as checks
@@ -78,6 +79,17 @@ async def in_thread(fn: Callable[..., T], /, **kwargs: Any) -> T:
             close_old_connections()
 
     return await anyio.to_thread.run_sync(call)
+
+
+async def cached_or_in_thread(fn: Callable[..., T], /, **kwargs: Any) -> T:
+    """Run registry code that usually needs only the cache right here in the event loop; when it
+    needs the database, Django refuses the first query (SynchronousOnlyOperation, raised before
+    anything is sent) and the whole call is run again in a thread. The warm path thus costs no
+    thread hop."""
+    try:
+        return fn(**kwargs)
+    except SynchronousOnlyOperation:
+        return await in_thread(fn, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -221,7 +233,7 @@ class Gateway:
     ) -> GatewayResult:
         started = time.time()
         clock = time.perf_counter()
-        decision = await in_thread(
+        decision = await cached_or_in_thread(
             checks.call_check,
             identity=identity,
             name=name,
@@ -320,7 +332,7 @@ class Gateway:
             return failed(_FAILURE_CODES.get(failure.kind, UPSTREAM_PROTOCOL), failure.message)
         breaker.success()
         if target.is_private_data and not result.get("isError"):
-            await in_thread(
+            await cached_or_in_thread(
                 checks.conversation_mark_private_data,
                 conversation=conversation,
                 server_slug=target.server_slug,

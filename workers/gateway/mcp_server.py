@@ -22,13 +22,17 @@ from registry.gateway.calls import UNKNOWN_TOOL
 from registry.gateway.listing import tools_list_document
 from registry.teams.tokens import AgentIdentity
 from workers.gateway.auth import AgentPrincipal
-from workers.gateway.calls import Gateway, in_thread
+from workers.gateway.calls import Gateway, cached_or_in_thread
 
 SERVER_NAME = "toolroom"
 CONVERSATION_HEADER = "mcp-conversation-id"
 # A team's list is per caller: a shared cache must never hand it to another (cacheScope private).
 LIST_CACHE_HINT = CacheHint(ttl_ms=10_000, scope="private")
 _LISTS_MAX = 4096
+
+
+def _no_header_schema(name: str) -> None:
+    return None
 
 
 def caller(ctx: ServerRequestContext[Any, Any]) -> AgentIdentity:
@@ -74,6 +78,10 @@ class GatewayServer:
             instructions="The tools your team may use, checked by Toolroom at every call. "
             "Names are <server>__<tool>.",
             cache_hints={"tools/list": LIST_CACHE_HINT},
+            # The SDK would otherwise run the whole tools/list handler on every 2026-07-28 call
+            # to validate Mcp-Param headers; the gateway validates every call's arguments against
+            # the approved schema itself (call_check), so no header schema is offered.
+            get_tool_input_schema=_no_header_schema,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
         )
@@ -82,7 +90,7 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         identity = caller(ctx)
-        document = await in_thread(tools_list_document, identity=identity)
+        document = await cached_or_in_thread(tools_list_document, identity=identity)
         parsed = self._lists.get(document.etag)
         if parsed is None:
             parsed = types.ListToolsResult.model_validate(json.loads(document.body))
