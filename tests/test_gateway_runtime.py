@@ -93,3 +93,49 @@ def test_a_stdio_server_starts_on_demand_and_keeps_each_team_apart(
     anyio.run(_calls, gateway.url, tokens["alpha"], [("memory__remember", {"text": "one"})])
     shared = anyio.run(_calls, gateway.url, tokens["beta"], [("memory__recall", {})])
     assert shared == ["one"]
+
+
+def test_a_sandboxed_server_is_called_through_the_gateway(gateway):
+    """The published mcp-server-time in a sandboxed container, held warm by a runtime manager
+    (in this process), called by an agent through the gateway and the private endpoint."""
+    import json
+
+    from registry.servers.runtime import runtime_request
+    from tests.sandbox_images import ensure_test_images
+    from tests.test_sandbox_servers import TIME_VERSION
+    from workers.runtime import RuntimeManager
+
+    ensure_test_images(say=lambda *_: None)
+    server = McpServerFactory(
+        slug="time",
+        trust_tier="untrusted",
+        isolation="sandbox",
+        network_mode="none",
+        command=["uvx", f"mcp-server-time=={TIME_VERSION}"],
+        package_registry="pypi",
+        package_identifier="mcp-server-time",
+        package_version=TIME_VERSION,
+    )
+    discover_inline(server)  # the vetting report an untrusted server's approval needs
+    server_services.server_submit_for_review(actor="test", server=server)
+    server_services.server_approve(actor="test", server=server, note="pinned, sandboxed")
+    for tool in Tool.objects.filter(server=server):
+        server_services.tool_approve(actor="test", tool=tool, note="reviewed")
+    server_gateway_policy_set(
+        actor="test", server=server, isolation_scope="shared", call_deadline_seconds=30
+    )
+    team = TeamFactory(slug="alpha")
+    GrantFactory(team=team, server=server)
+    token = AgentTokenFactory(team=team).plain
+    runtime_request(server=server, action="start", actor="test")
+    manager = RuntimeManager("gateway-sandbox@host", heartbeat_seconds=0.5)
+    manager.start()
+    try:
+        assert manager.command(server.pk, "start") == "running"
+        [answer] = anyio.run(
+            _calls, gateway.url, token, [("time__get_current_time", {"timezone": "UTC"})]
+        )
+    finally:
+        manager.shutdown()
+
+    assert json.loads(answer)["timezone"] == "UTC"
