@@ -54,14 +54,20 @@ class RunningGateway:
 
 @asynccontextmanager
 async def gateway_client(
-    url: str, token: str, *, mode: str = "auto", headers: dict[str, str] | None = None
+    url: str,
+    token: str,
+    *,
+    mode: str = "auto",
+    headers: dict[str, str] | None = None,
+    message_handler: Any = None,
 ) -> AsyncIterator[Client]:
     """An SDK client of the gateway, authenticated with an agent token."""
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}", **(headers or {})},
         timeout=httpx2.Timeout(60.0),
     )
-    async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+    transport = streamable_http_client(url, http_client=http)
+    async with http, Client(transport, mode=mode, message_handler=message_handler) as client:
         yield client
 
 

@@ -441,3 +441,40 @@ def test_the_private_data_ratchet_per_conversation_in_both_protocol_generations(
     assert unnamed == ["private_data_ratchet"]
     # Without an id, a stateless client's conversation is its token over a time window.
     assert unnamed_again == ["private_data_ratchet"]
+
+
+def test_a_handshake_session_is_told_when_the_team_catalogue_changes(gateway, world):
+    import mcp_types as types
+
+    received = []
+
+    async def on_message(message):
+        if isinstance(message, types.ServerNotification):
+            received.append(message.method if hasattr(message, "method") else message)
+
+    async def run():
+        async with gateway_client(
+            gateway.url, world["ops"].plain, mode="legacy", message_handler=on_message
+        ) as client:
+            assert client.server_capabilities.tools.list_changed is True
+            await client.list_tools()
+            await anyio.to_thread.run_sync(_revoke_alpha_grant, world)
+            with anyio.fail_after(10):
+                while not received:
+                    await anyio.sleep(0.1)
+            return [tool.name for tool in (await client.list_tools()).tools]
+
+    after = anyio.run(run)
+
+    assert "notifications/tools/list_changed" in [str(item) for item in received]
+    assert after == []
+
+
+def _revoke_alpha_grant(world):
+    from django.db import close_old_connections
+
+    try:
+        grant = world["alpha"].grants.get()
+        team_services.grant_revoke(actor="test", grant=grant, reason="over")
+    finally:
+        close_old_connections()

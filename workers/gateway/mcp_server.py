@@ -7,7 +7,9 @@ agent-token backend on every request), so each request is judged by its own cred
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from typing import Any
 
@@ -15,20 +17,25 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from registry.gateway.calls import UNKNOWN_TOOL
-from registry.gateway.listing import tools_list_document
+from registry.gateway.listing import team_catalogue_version, tools_list_document
 from registry.teams.tokens import AgentIdentity
 from workers.gateway.auth import AgentPrincipal
 from workers.gateway.calls import Gateway, cached_or_in_thread
+
+logger = logging.getLogger(__name__)
 
 SERVER_NAME = "toolroom"
 CONVERSATION_HEADER = "mcp-conversation-id"
 # A team's list is per caller: a shared cache must never hand it to another (cacheScope private).
 LIST_CACHE_HINT = CacheHint(ttl_ms=10_000, scope="private")
 _LISTS_MAX = 4096
+_WATCH_MAX = 10_000
+WATCH_SECONDS = 1.0
 
 
 def _no_header_schema(name: str) -> None:
@@ -62,6 +69,23 @@ def conversation_key(
     return f"token:{identity.token_id}:window:{window}"
 
 
+class _ToolroomServer(Server[Any]):
+    """The SDK server, announcing `tools.listChanged` to handshake clients (the gateway sends
+    `notifications/tools/list_changed` when the team's catalogue version moves)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
 class GatewayServer:
     """Builds the SDK `Server` whose handlers use one `Gateway`."""
 
@@ -69,9 +93,10 @@ class GatewayServer:
         self.gateway = gateway
         self.window = conversation_window_seconds
         self._lists: dict[str, types.ListToolsResult] = {}
+        self._watched: dict[str, asyncio.Task[None]] = {}
 
     def build(self) -> Server[Any]:
-        return Server(
+        return _ToolroomServer(
             SERVER_NAME,
             version="1.0.0",
             title="Toolroom",
@@ -91,6 +116,7 @@ class GatewayServer:
     ) -> types.ListToolsResult:
         identity = caller(ctx)
         document = await cached_or_in_thread(tools_list_document, identity=identity)
+        self._watch(ctx, identity, document.version)
         parsed = self._lists.get(document.etag)
         if parsed is None:
             parsed = types.ListToolsResult.model_validate(json.loads(document.body))
@@ -99,6 +125,36 @@ class GatewayServer:
             self._lists[document.etag] = parsed
         # A copy: the SDK fills cache hints into the result it is given.
         return parsed.model_copy()
+
+    def _watch(
+        self, ctx: ServerRequestContext[Any, Any], identity: AgentIdentity, version: int
+    ) -> None:
+        """On a handshake session that listed the tools, watch the team's catalogue version and
+        send `notifications/tools/list_changed` when it moves (until the session ends)."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or ctx.request is None:
+            return
+        session_id = ctx.request.headers.get("mcp-session-id", "")
+        if not session_id or session_id in self._watched or len(self._watched) >= _WATCH_MAX:
+            return
+        session = ctx.session
+
+        async def watch() -> None:
+            seen = version
+            try:
+                while True:
+                    await asyncio.sleep(WATCH_SECONDS)
+                    current = await cached_or_in_thread(
+                        team_catalogue_version, team_id=identity.team_id
+                    )
+                    if current != seen:
+                        seen = current
+                        await session.send_tool_list_changed()
+            except Exception:  # the session ended: its streams are closed
+                logger.debug("stopped watching the catalogue for session %s", session_id[:12])
+            finally:
+                self._watched.pop(session_id, None)
+
+        self._watched[session_id] = asyncio.get_running_loop().create_task(watch())
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
