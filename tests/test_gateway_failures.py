@@ -204,3 +204,34 @@ def test_100_concurrent_sessions_call_at_once_without_an_error(gateway, token, e
     results = anyio.run(run)
 
     assert results == {index: f"s{index}" for index in range(100)}
+
+
+def test_a_session_the_upstream_dropped_is_reopened_transparently(gateway, team, token):
+    port = free_port()
+    running = start_http_scenario(port=port)
+    try:
+        server = discovered_http_server("restarting", running.url)
+        # As if discovery had negotiated the handshake: the pooled session then has an
+        # Mcp-Session-Id, which the restarted server does not know (HTTP 404).
+        ServerStatus.objects.filter(server=server).update(protocol_version="2025-11-25")
+        GrantFactory(team=team, server=server)
+
+        async def call():
+            async with gateway_client(gateway.url, token) as client:
+                return await client.call_tool("restarting__add", {"a": 1, "b": 2})
+
+        first = anyio.run(call)
+        pooled = dict(gateway.app.state.pool.sessions)
+        running.stop()  # the upstream restarts: the pooled session is gone with it
+        running = start_http_scenario(port=port)
+        second = anyio.run(call)
+    finally:
+        running.stop()
+
+    assert len(pooled) == 1
+    assert text_of(first) == "3"
+    # A write-class tool: reopening is safe only because the dead session's request never
+    # reached the tool (the server answered 404 for the unknown session).
+    assert second.is_error is False, text_of(second)
+    assert text_of(second) == "3"
+    assert list(gateway.app.state.pool.sessions.values()) != list(pooled.values())

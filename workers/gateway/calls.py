@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
+import mcp_types as types
 from django.core.exceptions import SynchronousOnlyOperation
 from django.db import close_old_connections
 
@@ -171,6 +172,11 @@ class _ServerGate:
         self.limit = limit
         self.semaphore = asyncio.Semaphore(limit)
         self.waiting = 0
+
+
+def session_dropped(failure: McpFailure) -> bool:
+    """Whether the server answered that it does not know the session (Streamable HTTP 404)."""
+    return failure.code == types.INVALID_REQUEST and "session not found" in failure.message.lower()
 
 
 def isolation_key(target: CallTarget, *, team_id: int, conversation: str) -> str:
@@ -383,6 +389,12 @@ class Gateway:
             try:
                 return await self._once(target, key, arguments, end, meta)
             except McpFailure as failure:
+                if session_dropped(failure) and not reopened:
+                    # The server forgot the session (restarted, expired it): HTTP 404, the
+                    # request never reached the tool. Open a new session, once.
+                    reopened = True
+                    await self.pool.drop(key)
+                    continue
                 safe = failure.kind in _NOT_REACHED or (
                     target.permission_class == "read" and failure.kind == "closed"
                 )
