@@ -43,9 +43,10 @@ def gateway(shared_cache):
 @pytest.fixture
 def memory_world():
     server = McpServerFactory(slug="memory", command=scenario_argv("--memory"))
+    # Discovered before approval: approving also asks the (running) worker for a discovery.
+    discover_inline(server)
     server_services.server_submit_for_review(actor="test", server=server)
     server_services.server_approve(actor="test", server=server)
-    discover_inline(server)
     for tool in Tool.objects.filter(server=server):
         server_services.tool_approve(actor="test", tool=tool)
     # A cold start (spawning Python servers) on a busy 2-core machine: a generous deadline.

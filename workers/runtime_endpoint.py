@@ -44,6 +44,7 @@ class RuntimeEndpoint:
         self.secret = secret.hex()
         self.handle = handle
         self.server: asyncio.Server | None = None
+        self.connections: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> str:
         self.server = await asyncio.start_server(
@@ -55,10 +56,19 @@ class RuntimeEndpoint:
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
+        connections = list(self.connections)
+        for task in connections:
+            task.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+        if self.server is not None:
             with contextlib.suppress(Exception):
                 await self.server.wait_closed()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        current = asyncio.current_task()
+        if current is not None:
+            self.connections.add(current)
+            current.add_done_callback(self.connections.discard)
         tasks: set[asyncio.Task[None]] = set()
         lock = asyncio.Lock()
 
