@@ -15,6 +15,7 @@ import concurrent.futures
 import contextlib
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -301,6 +302,8 @@ class RuntimeManager:
         )
         address = await self.endpoint.start()
         advertised = settings.TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE
+        if not advertised and settings.TOOLROOM_RUNTIME_ENDPOINT_HOST in ("0.0.0.0", "::"):  # noqa: S104
+            advertised = socket.gethostname()  # listening on every address: reachable by name
         if advertised:
             address = f"{advertised}:{address.rpartition(':')[2]}"
         self.endpoint_address = address
