@@ -112,3 +112,42 @@ def test_the_private_data_ratchet_refuses_connect_tools_after_confidential_data(
     assert "read confidential data (from 'files')" in refused.message
     assert _check(token, "files__read_file", conversation="c1").allowed  # read tools still go
     assert _check(token, "files__fetch_url", conversation="c2").allowed  # other conversations
+
+
+def test_the_gateway_mode_decides_which_runtimes_are_kept_warm(committed):
+    """always warm: started and kept; on demand: kept while a call's demand lasts, stopped
+    (when held) once it has passed; not callable: never started for the gateway."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from registry.gateway import runtimes
+    from registry.gateway.models import ServerGatewayPolicy
+    from registry.gateway.runtimes import server_runtime_demand
+    from registry.servers.models import ServerStatus
+    from registry.servers.runtime import runtime_reconcile_plan
+    from tests.factories import McpServerFactory
+
+    runtimes._demand_written.clear()  # the write throttle is per process; ids repeat
+    servers = {}
+    for slug, mode in (("warm", "always_warm"), ("demand", "on_demand"), ("off", "not_callable")):
+        servers[slug] = McpServerFactory(slug=slug, review_status="approved")
+        with committed():
+            server_gateway_policy_set(actor="test", server=servers[slug], mode=mode)
+
+    plan = runtime_reconcile_plan()
+    assert set(plan.start) == {servers["warm"].pk}
+
+    server_runtime_demand(server_id=servers["demand"].pk, idle_stop_seconds=600, start=False)
+    assert set(runtime_reconcile_plan().start) == {servers["warm"].pk, servers["demand"].pk}
+
+    # Held by a live worker, then idle past its stop time: the reconcile stops it.
+    ServerStatus.objects.filter(server=servers["demand"]).update(
+        runtime_owner="runtime@host", runtime_heartbeat_at=timezone.now()
+    )
+    ServerGatewayPolicy.objects.filter(server=servers["demand"]).update(
+        demanded_until=timezone.now() - timedelta(seconds=1)
+    )
+    plan = runtime_reconcile_plan()
+    assert plan.stop == [(servers["demand"].pk, "runtime@host")]
+    assert servers["off"].pk not in plan.start
