@@ -369,6 +369,7 @@ def test_the_callers_identity_reaches_the_server_signed_and_cannot_be_forged(gat
     assert claims["tool"] == "whoami"
     assert claims["sub"] == f"agent-token:{token.pk}"
     assert claims["exp"] - claims["iat"] <= 60
+    assert claims["via"] == "header"  # X-Toolroom-Identity on the pooled session's POST
     assert token.plain not in text_of(result)  # the agent's own token never goes upstream
     assert answers["good"].is_error is False
     assert "Signature verification failed" in text_of(answers["forged"])

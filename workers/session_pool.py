@@ -13,9 +13,10 @@ when idle, and ends when the session dies; the next call opens a new one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -25,6 +26,7 @@ from anyio.abc import TaskGroup
 from registry.servers.launch import LaunchPlan
 from workers.adapters.mcp_client import (
     Deadlines,
+    HttpTarget,
     McpConnection,
     McpFailure,
     connect,
@@ -79,6 +81,8 @@ class UpstreamSession:
         """Open, serve, close: everything on this one task."""
         try:
             target = await target_for(self.plan)
+            if isinstance(target, HttpTarget) and self.pool.meta_headers:
+                target = dataclasses.replace(target, meta_headers=self.pool.meta_headers)
             deadlines = Deadlines(connect=CONNECT_DEADLINE, call=300.0)
             async with connect(
                 target, deadlines=deadlines, mode=mode_for(self.plan.protocol_version)
@@ -138,8 +142,11 @@ class UpstreamSession:
 class UpstreamPool:
     """The upstream sessions of one gateway process."""
 
-    def __init__(self, *, idle_seconds: float) -> None:
+    def __init__(
+        self, *, idle_seconds: float, meta_headers: Mapping[str, str] | None = None
+    ) -> None:
         self.idle_seconds = idle_seconds
+        self.meta_headers = dict(meta_headers or {})
         self.sessions: dict[tuple[int, str], UpstreamSession] = {}
         self._group: TaskGroup | None = None
 

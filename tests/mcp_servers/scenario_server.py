@@ -78,16 +78,19 @@ WHOAMI_TOOL = {
 }
 
 
-def _whoami(params: types.CallToolRequestParams, jwks_url: str, audience: str) -> str:
-    """Verify the caller's identity token with a JWT library (PyJWT) against Toolroom's keys."""
+def _whoami(ctx: Any, params: types.CallToolRequestParams, jwks_url: str, audience: str) -> str:
+    """Verify the caller's identity token with a JWT library (PyJWT) against Toolroom's keys:
+    from the X-Toolroom-Identity header over HTTP when there is one, else from `_meta`."""
     import jwt
 
-    token = (params.meta or {}).get("toolroom/identity")
+    request = getattr(ctx, "request", None)
+    header = request.headers.get("x-toolroom-identity") if request is not None else None
+    token = header or (params.meta or {}).get("toolroom/identity")
     if not token:
-        raise ValueError("no identity token in _meta")
+        raise ValueError("no identity token in the header or _meta")
     key = jwt.PyJWKClient(jwks_url).get_signing_key_from_jwt(token)
     claims = jwt.decode(token, key.key, algorithms=["ES256"], audience=audience, issuer="toolroom")
-    return json.dumps(claims, sort_keys=True)
+    return json.dumps({**claims, "via": "header" if header else "meta"}, sort_keys=True)
 
 
 def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -150,7 +153,7 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             text = str(int(arguments["a"]) + int(arguments["b"]))
         elif params.name == "whoami" and args.verify_identity:
             try:
-                text = _whoami(params, args.verify_identity, args.audience)
+                text = _whoami(ctx, params, args.verify_identity, args.audience)
             except Exception as exc:
                 return types.CallToolResult(
                     content=[types.TextContent(type="text", text=f"identity refused: {exc}")],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
 import socket
@@ -101,6 +102,9 @@ class HttpTarget:
     headers: Mapping[str, str] = field(default_factory=dict)
     # Networks the URL's resolved addresses may be in although they are internal.
     allowed_networks: Sequence[str] = ()
+    # `_meta` keys of a request copied into HTTP headers of its POST ({meta key: header name}):
+    # per-call values (a caller's identity) on a session whose client headers are fixed.
+    meta_headers: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         return self.url
@@ -252,8 +256,33 @@ def _tls_context() -> ssl.SSLContext:
     return httpx2.create_ssl_context(trust_env=False)
 
 
+def _meta_header_hook(meta_headers: Mapping[str, str]) -> Callable[[httpx2.Request], Any]:
+    """A request hook that copies `params._meta` values of a JSON-RPC request into headers."""
+
+    async def hook(request: httpx2.Request) -> None:
+        if request.method != "POST":
+            return
+        try:
+            message = json.loads(request.content or b"{}")
+        except (ValueError, RuntimeError):  # not JSON, or a streamed body
+            return
+        meta = (message.get("params") or {}).get("_meta") if isinstance(message, dict) else None
+        if not isinstance(meta, dict):
+            return
+        for key, header in meta_headers.items():
+            value = meta.get(key)
+            if isinstance(value, str):
+                request.headers[header] = value
+
+    return hook
+
+
 def guarded_http_client(
-    *, headers: Mapping[str, str], allowed_networks: Sequence[str], deadlines: Deadlines
+    *,
+    headers: Mapping[str, str],
+    allowed_networks: Sequence[str],
+    deadlines: Deadlines,
+    meta_headers: Mapping[str, str] | None = None,
 ) -> httpx2.AsyncClient:
     """An HTTP client for MCP traffic: our headers and timeouts, no proxy from the environment,
     and the network guard on every connection it opens."""
@@ -265,6 +294,7 @@ def guarded_http_client(
         timeout=httpx2.Timeout(deadlines.call, connect=deadlines.connect),
         transport=transport,
         trust_env=False,
+        event_hooks={"request": [_meta_header_hook(meta_headers)]} if meta_headers else None,
     )
 
 
@@ -489,7 +519,10 @@ def _open_transport(
                 httpx_client_factory=factory,
             )
         client = guarded_http_client(
-            headers=target.headers, allowed_networks=target.allowed_networks, deadlines=deadlines
+            headers=target.headers,
+            allowed_networks=target.allowed_networks,
+            deadlines=deadlines,
+            meta_headers=target.meta_headers,
         )
         return _owning_client(streamable_http_client(target.url, http_client=client), client)
     return target.open_transport()

@@ -31,6 +31,8 @@ from registry.gateway.models import CallOutcome
 from workers.gateway.auth import AgentPrincipal, AgentTokenBackend
 from workers.gateway.calls import (
     ERROR_META,
+    IDENTITY_HEADER,
+    IDENTITY_META,
     NOT_RUNNING,
     SERVER_BUSY,
     UPSTREAM_TIMEOUT,
@@ -71,7 +73,11 @@ def _unauthorized() -> JSONResponse:
 def build_gateway_app() -> Starlette:
     """A new gateway application (one per process; tests build their own)."""
     recorder = CallRecorder()
-    pool = UpstreamPool(idle_seconds=float(settings.TOOLROOM_GATEWAY_IDLE_SECONDS))
+    # The caller's identity token also travels as a header to HTTP servers (docs/gateway.md).
+    pool = UpstreamPool(
+        idle_seconds=float(settings.TOOLROOM_GATEWAY_IDLE_SECONDS),
+        meta_headers={IDENTITY_META: IDENTITY_HEADER},
+    )
     gateway = Gateway(pool=pool, recorder=recorder)
     server = GatewayServer(
         gateway, conversation_window_seconds=settings.TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS

@@ -42,6 +42,7 @@ T = TypeVar("T")
 
 ERROR_META = "toolroom/error"
 IDENTITY_META = "toolroom/identity"
+IDENTITY_HEADER = "X-Toolroom-Identity"
 RETRY_BACKOFF = (1.0, 2.0, 4.0)
 BREAKER_THRESHOLD = 5
 BREAKER_COOLDOWN_SECONDS = 10.0
