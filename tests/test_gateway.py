@@ -479,3 +479,25 @@ def _revoke_alpha_grant(world):
         team_services.grant_revoke(actor="test", grant=grant, reason="over")
     finally:
         close_old_connections()
+
+
+def test_resources_and_prompts_of_granted_servers_namespaced_and_read_through(gateway, world):
+    async def run(token):
+        async with gateway_client(gateway.url, token) as client:
+            resources = (await client.list_resources()).resources
+            prompts = (await client.list_prompts()).prompts
+            read = get = None
+            if resources:
+                read = await client.read_resource(str(resources[0].uri))
+                get = await client.get_prompt(prompts[0].name, {"text": "a memo"})
+            return resources, prompts, read, get
+
+    resources, prompts, read, get = anyio.run(run, world["ops"].plain)
+    other_resources, other_prompts, _, _ = anyio.run(run, world["beta"].plain)
+
+    assert [str(r.uri) for r in resources] == ["toolroom://echo/memo%3A%2F%2Fgreeting"]
+    assert [p.name for p in prompts] == ["echo__summarise"]
+    assert read.contents[0].text == "hello from scenario"
+    assert str(read.contents[0].uri) == "toolroom://echo/memo%3A%2F%2Fgreeting"
+    assert get.messages[0].content.text == "Summarise: a memo"
+    assert (other_resources, other_prompts) == ([], [])  # another team: nothing

@@ -330,7 +330,16 @@ class RuntimeManager:
         except TimeoutError:
             raise McpFailure("timeout", f"The server was not ready within {timeout:g} s.") from None
 
+        op, name = str(request.get("op") or "call_tool"), str(request.get("name") or "")
+
         async def work(connection: McpConnection) -> dict[str, Any]:
+            if op == "read_resource":
+                return await connection.read_resource(name, timeout=timeout)
+            if op == "get_prompt":
+                prompt_arguments = {
+                    str(k): str(v) for k, v in dict(request.get("op_arguments") or {}).items()
+                }
+                return await connection.get_prompt(name, prompt_arguments, timeout=timeout)
             return await connection.call_tool(tool, arguments, timeout=timeout, meta=meta)
 
         if scope == "shared":

@@ -190,6 +190,27 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             prompts=[types.Prompt(name="summarise", description="Summarise a text.")]
         )
 
+    async def read_resource(
+        ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        return types.ReadResourceResult(
+            contents=[
+                types.TextResourceContents(
+                    uri=str(params.uri), mime_type="text/plain", text=f"hello from {args.name}"
+                )
+            ]
+        )
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        text = (params.arguments or {}).get("text", "")
+        return types.GetPromptResult(
+            messages=[
+                types.PromptMessage(
+                    role="user", content=types.TextContent(type="text", text=f"Summarise: {text}")
+                )
+            ]
+        )
+
     return Server(
         args.name,
         version="1.0.0",
@@ -197,7 +218,9 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,
+        on_read_resource=read_resource,
         on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
     )
 
 

@@ -95,6 +95,33 @@ async def cached_or_in_thread(fn: Callable[..., T], /, **kwargs: Any) -> T:
 
 
 @dataclass(frozen=True)
+class Operation:
+    """What to ask the server: a tool call (the default), a resource read or a prompt."""
+
+    kind: str = "call_tool"  # call_tool | read_resource | get_prompt
+    name: str = ""  # the server's resource URI or prompt name
+    arguments: dict[str, Any] | None = None
+
+    async def run(
+        self,
+        connection: McpConnection,
+        target: CallTarget,
+        arguments: Mapping[str, Any],
+        *,
+        timeout: float,
+        meta: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        if self.kind == "read_resource":
+            return await connection.read_resource(self.name, timeout=timeout)
+        if self.kind == "get_prompt":
+            return await connection.get_prompt(self.name, self.arguments, timeout=timeout)
+        return await connection.call_tool(target.tool_name, arguments, timeout=timeout, meta=meta)
+
+
+TOOL_CALL = Operation()
+
+
+@dataclass(frozen=True)
 class GatewayResult:
     """What a call came to: the tool result in MCP wire form, and how it ended."""
 
@@ -258,7 +285,7 @@ class Gateway:
             )
         else:
             result = await self._call_upstream(
-                decision, decision.target, identity, arguments, conversation
+                decision, decision.target, identity, arguments, conversation, TOOL_CALL
             )
         self._record(
             identity=identity,
@@ -272,13 +299,52 @@ class Gateway:
         )
         return result
 
-    async def _call_upstream(
+    async def forward(
+        self,
+        *,
+        identity: AgentIdentity,
+        target: CallTarget,
+        name: str,
+        op: Operation,
+        conversation: str,
+        version: int,
+    ) -> GatewayResult:
+        """A resource read or prompt of a server the agent may use (checked by the caller):
+        through the same deadline, breaker, limit and pools as a tool call; audited."""
+        started = time.time()
+        clock = time.perf_counter()
+        decision = CallDecision(
+            allowed=True,
+            code=checks.ALLOWED,
+            reasons=(),
+            name=name,
+            target=target,
+            team_id=identity.team_id,
+            role_id=identity.role_id,
+            version=version,
+            server_slug=target.server_slug,
+        )
+        result = await self._call_upstream(decision, target, identity, {}, conversation, op)
+        self._record(
+            identity=identity,
+            decision=decision,
+            result=result,
+            arguments=op.arguments or {},
+            conversation=conversation,
+            via="mcp",
+            started=started,
+            clock=clock,
+        )
+        return result
+
+    async def _call_upstream(  # noqa: PLR0917 (private steps of one call)
         self,
         decision: CallDecision,
         target: CallTarget,
         identity: AgentIdentity,
         arguments: Mapping[str, Any],
         conversation: str,
+        op: Operation,
     ) -> GatewayResult:
         def failed(code: str, message: str) -> GatewayResult:
             return GatewayResult(
@@ -321,7 +387,7 @@ class Gateway:
                     gate.waiting -= 1
                 try:
                     meta = self._identity_meta(decision, target, identity)
-                    result = await self._attempts(target, key, arguments, end, meta)
+                    result = await self._attempts(target, key, arguments, end, meta, op)
                 finally:
                     gate.semaphore.release()
         except TimeoutError:
@@ -375,20 +441,21 @@ class Gateway:
         )
         return {IDENTITY_META: token}
 
-    async def _attempts(
+    async def _attempts(  # noqa: PLR0917 (private steps of one call)
         self,
         target: CallTarget,
         key: tuple[int, str],
         arguments: Mapping[str, Any],
         end: float,
         meta: dict[str, Any] | None,
+        op: Operation,
     ) -> dict[str, Any]:
         """Call, reopening a dropped session once and retrying with backoff where safe."""
         retries = 0
         reopened = False
         while True:
             try:
-                return await self._once(target, key, arguments, end, meta)
+                return await self._once(target, key, arguments, end, meta, op)
             except McpFailure as failure:
                 if session_dropped(failure) and not reopened:
                     # The server forgot the session (restarted, expired it): HTTP 404, the
@@ -412,16 +479,17 @@ class Gateway:
                 retries += 1
                 await anyio.sleep(pause)
 
-    async def _once(
+    async def _once(  # noqa: PLR0917 (private steps of one call)
         self,
         target: CallTarget,
         key: tuple[int, str],
         arguments: Mapping[str, Any],
         end: float,
         meta: dict[str, Any] | None,
+        op: Operation,
     ) -> dict[str, Any]:
         if not target.is_remote:
-            return await self._through_runtime(target, key, arguments, end, meta)
+            return await self._through_runtime(target, key, arguments, end, meta, op)
 
         async def plan() -> LaunchPlan:
             return await in_thread(_load_plan, server_id=target.server_id)
@@ -430,19 +498,18 @@ class Gateway:
         remaining = max(0.05, end - time.monotonic())
 
         async def work(connection: McpConnection) -> dict[str, Any]:
-            return await connection.call_tool(
-                target.tool_name, arguments, timeout=remaining, meta=meta
-            )
+            return await op.run(connection, target, arguments, timeout=remaining, meta=meta)
 
         return await session.request(work)
 
-    async def _through_runtime(
+    async def _through_runtime(  # noqa: PLR0917 (private steps of one call)
         self,
         target: CallTarget,
         key: tuple[int, str],
         arguments: Mapping[str, Any],
         end: float,
         meta: dict[str, Any] | None,
+        op: Operation,
     ) -> dict[str, Any]:
         """A stdio or sandboxed server: through the private endpoint of the runtime worker that
         holds it, started on demand (the call waits for it within its deadline)."""
@@ -490,6 +557,9 @@ class Gateway:
                     "arguments": dict(arguments),
                     "timeout": max(0.05, end - time.monotonic()),
                     "meta": meta or {},
+                    "op": op.kind,
+                    "name": op.name,
+                    "op_arguments": op.arguments or {},
                 }
             )
         except McpFailure as failure:

@@ -22,10 +22,11 @@ from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from registry.gateway.calls import UNKNOWN_TOOL
+from registry.gateway.content import ContentEntry, agent_content
 from registry.gateway.listing import team_catalogue_version, tools_list_document
 from registry.teams.tokens import AgentIdentity
 from workers.gateway.auth import AgentPrincipal
-from workers.gateway.calls import Gateway, cached_or_in_thread
+from workers.gateway.calls import Gateway, Operation, cached_or_in_thread
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,10 @@ class GatewayServer:
             get_tool_input_schema=_no_header_schema,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
+            on_list_resources=self.list_resources,
+            on_read_resource=self.read_resource,
+            on_list_prompts=self.list_prompts,
+            on_get_prompt=self.get_prompt,
         )
 
     async def list_tools(
@@ -155,6 +160,74 @@ class GatewayServer:
                 self._watched.pop(session_id, None)
 
         self._watched[session_id] = asyncio.get_running_loop().create_task(watch())
+
+    async def list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        content = await cached_or_in_thread(agent_content, identity=caller(ctx))
+        return types.ListResourcesResult.model_validate(
+            {"resources": [entry.listing for entry in content.resources.values()]}
+        )
+
+    async def list_prompts(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        content = await cached_or_in_thread(agent_content, identity=caller(ctx))
+        return types.ListPromptsResult.model_validate(
+            {"prompts": [entry.listing for entry in content.prompts.values()]}
+        )
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        identity = caller(ctx)
+        content = await cached_or_in_thread(agent_content, identity=identity)
+        uri = str(params.uri)
+        entry = content.resources.get(uri)
+        if entry is None:
+            raise MCPError(types.INVALID_PARAMS, f"No resource '{uri}' is offered to this team.")
+        outcome = await self._forward(
+            ctx, identity, entry, uri, Operation("read_resource", entry.upstream), content.version
+        )
+        result = dict(outcome)
+        for item in result.get("contents", []):
+            item["uri"] = uri  # the namespaced URI the client asked for
+        return types.ReadResourceResult.model_validate(result)
+
+    async def get_prompt(
+        self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        identity = caller(ctx)
+        content = await cached_or_in_thread(agent_content, identity=identity)
+        entry = content.prompts.get(params.name)
+        if entry is None:
+            raise MCPError(
+                types.INVALID_PARAMS, f"No prompt '{params.name}' is offered to this team."
+            )
+        operation = Operation("get_prompt", entry.upstream, dict(params.arguments or {}))
+        outcome = await self._forward(ctx, identity, entry, params.name, operation, content.version)
+        return types.GetPromptResult.model_validate(outcome)
+
+    async def _forward(  # noqa: PLR0917 (one private step)
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        identity: AgentIdentity,
+        entry: ContentEntry,
+        name: str,
+        operation: Operation,
+        version: int,
+    ) -> dict[str, Any]:
+        outcome = await self.gateway.forward(
+            identity=identity,
+            target=entry.target,
+            name=name,
+            op=operation,
+            conversation=conversation_key(ctx, identity, window_seconds=self.window),
+            version=version,
+        )
+        if outcome.code != "allowed":
+            raise MCPError(types.INTERNAL_ERROR, f"Toolroom: {outcome.message}")
+        return outcome.result
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
