@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
-from django.core.exceptions import SynchronousOnlyOperation
+from django.core.exceptions import ImproperlyConfigured, SynchronousOnlyOperation
 from django.db import close_old_connections
 
 from registry.gateway import calls as checks
@@ -430,7 +430,18 @@ class Gateway:
         """The caller's identity, signed, for a server whose policy asks for it."""
         if not target.policy.pass_identity:
             return None
-        token = identity_token(
+        try:
+            return {IDENTITY_META: self._identity_token(decision, target, identity)}
+        except ImproperlyConfigured as exc:
+            raise McpFailure(
+                "protocol",
+                f"Toolroom cannot sign the caller's identity this server asks for: {exc}",
+            ) from exc
+
+    def _identity_token(
+        self, decision: CallDecision, target: CallTarget, identity: AgentIdentity
+    ) -> str:
+        return identity_token(
             token_id=identity.token_id,
             agent=identity.name,
             team_id=identity.team_id,
@@ -439,7 +450,6 @@ class Gateway:
             tool=target.tool_name,
             server_slug=target.server_slug,
         )
-        return {IDENTITY_META: token}
 
     async def _attempts(  # noqa: PLR0917 (private steps of one call)
         self,
