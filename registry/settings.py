@@ -134,6 +134,7 @@ INSTALLED_APPS = [
     "mozilla_django_oidc",
     "registry.portal",
     "registry.notifications",
+    "registry.gateway",
 ]
 
 MIDDLEWARE = [
@@ -579,3 +580,36 @@ TOOLROOM_CATALOGUE_HIDE_UNHEALTHY: bool = env.bool(
 TOOLROOM_CATALOGUE_CACHE_SECONDS: int = env.int("TOOLROOM_CATALOGUE_CACHE_SECONDS", default=3600)
 # Under ASGI, answer cached catalogues and 304s straight from Redis (registry/catalogue/fastpath).
 TOOLROOM_CATALOGUE_FAST_PATH: bool = env.bool("TOOLROOM_CATALOGUE_FAST_PATH", default=True)
+
+# The gateway (docs/gateway.md). Where clients reach its MCP endpoint (mcp.json hands it out);
+# empty: <TOOLROOM_PUBLIC_URL>/mcp, for a reverse proxy that sends /mcp to the gateway.
+TOOLROOM_GATEWAY_URL: str = env.str("TOOLROOM_GATEWAY_URL", default="")
+# Where the web app forwards POST /api/v1/tools/{name}/call (the gateway's own address).
+TOOLROOM_GATEWAY_INTERNAL_URL: str = env.str(
+    "TOOLROOM_GATEWAY_INTERNAL_URL", default="http://127.0.0.1:8001"
+)
+# How long call records are kept (a scheduled clean-up deletes older ones).
+TOOLROOM_GATEWAY_CALL_RETENTION_DAYS: int = env.int(
+    "TOOLROOM_GATEWAY_CALL_RETENTION_DAYS", default=90
+)
+# Upstream HTTP sessions nobody used for this long are closed.
+TOOLROOM_GATEWAY_IDLE_SECONDS: int = env.int("TOOLROOM_GATEWAY_IDLE_SECONDS", default=300)
+# The key that signs callers' identity tokens (EC P-256, PEM; or TOOLROOM_IDENTITY_KEY_FILE).
+# Empty: outside production a key kept in TOOLROOM_DATA_DIR (identity-key.pem) is made on first use;
+# in production, servers whose policy passes the caller's identity cannot be called without it.
+TOOLROOM_IDENTITY_KEY: str = env.str("TOOLROOM_IDENTITY_KEY", default="")
+TOOLROOM_IDENTITY_KEY_PATH: str = "" if IS_PRODUCTION else str(DATA_DIR / "identity-key.pem")
+# A runtime worker's private endpoint, through which gateways call its stdio/sandboxed servers.
+TOOLROOM_RUNTIME_ENDPOINT_ENABLED: bool = env.bool(
+    "TOOLROOM_RUNTIME_ENDPOINT_ENABLED", default=True
+)
+TOOLROOM_RUNTIME_ENDPOINT_HOST: str = env.str("TOOLROOM_RUNTIME_ENDPOINT_HOST", default="127.0.0.1")
+TOOLROOM_RUNTIME_ENDPOINT_PORT: int = env.int("TOOLROOM_RUNTIME_ENDPOINT_PORT", default=0)
+# The host name gateways use to reach it (empty: the listening host).
+TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE: str = env.str(
+    "TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE", default=""
+)
+# Stateless (2026-07-28) clients without a conversation id: one conversation per token and window.
+TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS: int = env.int(
+    "TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS", default=3600
+)

@@ -5,6 +5,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from registry.core.views import healthz, metrics, readyz
+from registry.gateway.views import jwks_view
 from registry.portal.urls import oidc_urlpatterns
 from registry.portal.views import landing
 
@@ -21,6 +22,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("portal/", include("registry.portal.urls")),
     *oidc_urlpatterns,
+    path(".well-known/jwks.json", jwks_view, name="jwks"),
     path("", include("registry.api.urls")),
 ]
 

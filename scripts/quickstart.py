@@ -56,6 +56,9 @@ def quickstart_processes(*, port: int) -> list[ChildSpec]:
     """
     web = [PYTHON, "-m", "uvicorn", "registry.asgi:application"]
     web += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    # The gateway (docs/gateway.md): its own ASGI process on the next port.
+    gateway = [PYTHON, "-m", "uvicorn", "workers.gateway.asgi:application"]
+    gateway += ["--host", "127.0.0.1", "--port", str(port + 1), "--log-level", "warning"]
     celery = [PYTHON, "-m", "celery", "-A", "workers", "--quiet"]
     worker = [
         *celery,
@@ -81,7 +84,12 @@ def quickstart_processes(*, port: int) -> list[ChildSpec]:
         "--schedule",
         str(ROOT / "var" / "celerybeat-schedule"),
     ]
-    return [ChildSpec("web", web), ChildSpec("worker", worker), ChildSpec("beat", beat)]
+    return [
+        ChildSpec("web", web),
+        ChildSpec("gateway", gateway),
+        ChildSpec("worker", worker),
+        ChildSpec("beat", beat),
+    ]
 
 
 def quickstart_background_jobs() -> list[ChildSpec]:
@@ -299,19 +307,22 @@ def main() -> int:
         print(f"PORT={port_text} is not a TCP port number.", file=sys.stderr)
         return 2
     port = int(port_text)
-    if not _port_free(port):
-        print(
-            f"Port {port} on 127.0.0.1 is already in use (another Toolroom?). "
-            f"Use another one: make run PORT={port + 1}",
-            file=sys.stderr,
-        )
-        return 1
+    for taken in (port, port + 1):  # the web app, and the gateway beside it
+        if not _port_free(taken):
+            print(
+                f"Port {taken} on 127.0.0.1 is already in use (another Toolroom?). "
+                f"Use another one: make run PORT={port + 2}",
+                file=sys.stderr,
+            )
+            return 1
 
     env = dict(os.environ)
     env["TOOLROOM_PROFILE"] = "quickstart"
     env["PORT"] = str(port)
     # The URLs agents are given (mcp.json, /v0.1/servers) name the port Toolroom serves on.
     env.setdefault("TOOLROOM_PUBLIC_URL", f"http://127.0.0.1:{port}")
+    env.setdefault("TOOLROOM_GATEWAY_URL", f"http://127.0.0.1:{port + 1}/mcp")
+    env.setdefault("TOOLROOM_GATEWAY_INTERNAL_URL", f"http://127.0.0.1:{port + 1}")
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.setdefault("PYTHONUNBUFFERED", "1")
     # whitenoise serves static files through a synchronous iterator, which Django's ASGI handler
@@ -335,7 +346,8 @@ def main() -> int:
         f"  {token}\n"
         "Its catalogue:\n"
         f'  curl -H "Authorization: Bearer $(cat {token_file})" {base}/api/v1/catalogue\n'
-        f"API docs: {base}/api/docs/",
+        f"API docs: {base}/api/docs/\n"
+        f"The team's MCP endpoint (the gateway): http://127.0.0.1:{port + 1}/mcp",
         flush=True,
     )
 

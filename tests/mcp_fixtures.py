@@ -49,8 +49,8 @@ class RunningServer:
             self.process.wait()
 
 
-def start_http_scenario(*flags: str, sse: bool = False) -> RunningServer:
-    port = free_port()
+def start_http_scenario(*flags: str, sse: bool = False, port: int | None = None) -> RunningServer:
+    port = port or free_port()
     process = subprocess.Popen(
         scenario_argv("--sse" if sse else "--http", str(port), *flags),
         stdout=subprocess.DEVNULL,

@@ -22,8 +22,8 @@ from cryptography.fernet import Fernet
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-TOOLROOM_SERVICES = ("migrate", "web", "worker", "runtime", "beat")
-LONG_RUNNING = ("web", "worker", "runtime", "beat")
+TOOLROOM_SERVICES = ("migrate", "web", "gateway", "worker", "runtime", "beat")
+LONG_RUNNING = ("web", "gateway", "worker", "runtime", "beat")
 SECRET_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|(^|_)KEY($|_)|DATABASE_URL|CREDENTIAL")
 CREDENTIALS_IN_URL = re.compile(r"://[^/@\s]*:[^/@\s]*@")
 
@@ -101,6 +101,7 @@ def test_the_stack_names_the_hostname_it_needs(compose_cli, tmp_path):
 def test_it_runs_the_whole_stack(compose):
     assert set(compose["services"]) >= {
         "web",
+        "gateway",
         "worker",
         "runtime",
         "beat",
@@ -123,6 +124,7 @@ def test_the_processes_are_the_web_server_the_worker_and_beat(compose):
     services = compose["services"]
     assert services["migrate"]["command"][-3:] == ["manage.py", "migrate", "--no-input"]
     assert services["web"]["command"][:2] == ["uvicorn", "registry.asgi:application"]
+    assert services["gateway"]["command"][:2] == ["uvicorn", "workers.gateway.asgi:application"]
     assert services["worker"]["command"][:6] == [
         "celery",
         "-A",

@@ -150,12 +150,15 @@ def test_children_stop_even_when_the_supervisor_is_killed(tmp_path):
 def test_the_quickstart_serves_the_asgi_app_on_loopback_only():
     quickstart = _load_quickstart()
 
-    web, worker, beat = quickstart.quickstart_processes(port=8123)
+    web, gateway, worker, beat = quickstart.quickstart_processes(port=8123)
 
     assert web.name == "web"
     assert web.argv[1:4] == ["-m", "uvicorn", "registry.asgi:application"]
     assert web.argv[web.argv.index("--host") + 1] == "127.0.0.1"
     assert web.argv[web.argv.index("--port") + 1] == "8123"
+    assert gateway.argv[1:4] == ["-m", "uvicorn", "workers.gateway.asgi:application"]
+    assert gateway.argv[gateway.argv.index("--host") + 1] == "127.0.0.1"
+    assert gateway.argv[gateway.argv.index("--port") + 1] == "8124"
     # One worker takes both queues with the threads pool, so it also holds warm runtimes.
     assert worker.argv[worker.argv.index("-Q") + 1] == "toolroom,discovery,runtime"
     assert worker.argv[worker.argv.index("-P") + 1] == "threads"
@@ -237,7 +240,8 @@ def test_a_busy_port_is_named_before_anything_is_prepared(tmp_path):
 
     assert result.returncode == 1
     assert f"Port {port} on 127.0.0.1 is already in use" in result.stderr
-    assert f"make run PORT={port + 1}" in result.stderr
+    # The gateway takes the next port, so the suggestion skips it.
+    assert f"make run PORT={port + 2}" in result.stderr
     assert not (tmp_path / "toolroom.sqlite3").exists()
 
 

@@ -15,6 +15,7 @@ import concurrent.futures
 import contextlib
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -25,6 +26,11 @@ import anyio
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from registry.gateway.runtimes import (
+    runtime_endpoint_advertise,
+    runtime_endpoint_secret,
+    server_runtime_wanted,
+)
 from registry.servers.discovery import DiscoveryOutcome
 from registry.servers.health import HealthResult
 from registry.servers.launch import LaunchPlan, server_launch_plan
@@ -40,7 +46,9 @@ from workers.adapters.mcp_client import (
 from workers.discovery import failed_outcome, list_everything
 from workers.health import probe
 from workers.launch import target_for
+from workers.runtime_endpoint import RuntimeEndpoint
 from workers.runtime_host import current_manager, set_manager
+from workers.session_pool import UpstreamPool
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -260,6 +268,12 @@ class RuntimeManager:
             target=self._run_loop, name="toolroom-runtimes", daemon=True
         )
         self._heartbeat: asyncio.Task[None] | None = None
+        # The private endpoint the gateway calls tools through, and the per-team and
+        # per-conversation sessions of the servers held here (docs/gateway.md).
+        self.endpoint: RuntimeEndpoint | None = None
+        self.endpoint_address = ""
+        self.scoped = UpstreamPool(idle_seconds=float(settings.TOOLROOM_GATEWAY_IDLE_SECONDS))
+        self._scoped_host: asyncio.Task[None] | None = None
 
     # --- lifecycle (called from the worker's main thread) -----------------------------------
 
@@ -305,6 +319,68 @@ class RuntimeManager:
 
     async def _start_heartbeat(self) -> None:
         self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
+        self._scoped_host = asyncio.get_running_loop().create_task(self._host_scoped())
+        if settings.TOOLROOM_RUNTIME_ENDPOINT_ENABLED:
+            await self._start_endpoint()
+
+    async def _start_endpoint(self) -> None:
+        self.endpoint = RuntimeEndpoint(
+            host=settings.TOOLROOM_RUNTIME_ENDPOINT_HOST,
+            port=settings.TOOLROOM_RUNTIME_ENDPOINT_PORT,
+            secret=await _db(runtime_endpoint_secret),
+            handle=self._endpoint_call,
+        )
+        address = await self.endpoint.start()
+        advertised = settings.TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE
+        if not advertised and settings.TOOLROOM_RUNTIME_ENDPOINT_HOST in ("0.0.0.0", "::"):  # noqa: S104
+            advertised = socket.gethostname()  # listening on every address: reachable by name
+        if advertised:
+            address = f"{advertised}:{address.rpartition(':')[2]}"
+        self.endpoint_address = address
+        await _db(runtime_endpoint_advertise, owner=self.owner, address=address)
+
+    async def _host_scoped(self) -> None:
+        async with anyio.create_task_group() as group:
+            self.scoped.attach(group)
+            await anyio.sleep_forever()
+
+    async def _endpoint_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A gateway's call of a tool of a server held here, in the isolation scope it names."""
+        server_id = int(request["server_id"])
+        scope = str(request.get("scope") or "shared")
+        timeout = float(request.get("timeout") or 30.0)
+        runtime = self.runtimes.get(server_id)
+        if runtime is None or runtime.finished.is_set():
+            raise McpFailure("connect", "This runtime worker does not hold the server (any more).")
+        tool, arguments = str(request["tool"]), dict(request.get("arguments") or {})
+        meta = dict(request.get("meta") or {}) or None
+        try:
+            async with asyncio.timeout(timeout):
+                await runtime.ready.wait()
+        except TimeoutError:
+            raise McpFailure("timeout", f"The server was not ready within {timeout:g} s.") from None
+
+        op, name = str(request.get("op") or "call_tool"), str(request.get("name") or "")
+
+        async def work(connection: McpConnection) -> dict[str, Any]:
+            if op == "read_resource":
+                return await connection.read_resource(name, timeout=timeout)
+            if op == "get_prompt":
+                prompt_arguments = {
+                    str(k): str(v) for k, v in dict(request.get("op_arguments") or {}).items()
+                }
+                return await connection.get_prompt(name, prompt_arguments, timeout=timeout)
+            return await connection.call_tool(tool, arguments, timeout=timeout, meta=meta)
+
+        if scope == "shared":
+            return await runtime.request(work)
+        plan = runtime.plan
+
+        async def load_plan() -> LaunchPlan:
+            return plan
+
+        session, _ = await self.scoped.session((server_id, scope), load_plan)
+        return await session.request(work)
 
     async def _beat(self) -> None:
         while True:
@@ -313,7 +389,13 @@ class RuntimeManager:
             lost = await self._renew(held)
             if lost is None:
                 continue
+            if self.endpoint_address:
+                with contextlib.suppress(Exception):
+                    await _db(
+                        runtime_endpoint_advertise, owner=self.owner, address=self.endpoint_address
+                    )
             for pk in lost:
+                await self.scoped.drop_server(pk)
                 runtime = self.runtimes.pop(pk, None)
                 if runtime is not None:
                     logger.warning("lost the claim on %s; stopping it here", runtime.plan.slug)
@@ -340,6 +422,7 @@ class RuntimeManager:
 
     async def _command(self, server_id: int, action: str) -> str:
         if action in ("stop", "restart"):
+            await self.scoped.drop_server(server_id)
             runtime = self.runtimes.pop(server_id, None)
             if runtime is not None:
                 await runtime.stop()
@@ -351,7 +434,7 @@ class RuntimeManager:
         if self.holds(server_id):
             return "running"
         server = await _db(McpServer.objects.filter(pk=server_id).first)
-        if server is None or not server.auto_start or server.review_status != "approved":
+        if server is None or not await _db(server_runtime_wanted, server_id=server_id):
             return "not wanted"
         if not await _db(runtime_claim, server_id=server_id, owner=self.owner):
             return "held elsewhere"
@@ -371,6 +454,11 @@ class RuntimeManager:
     async def _stop_all(self) -> None:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        if self.endpoint is not None:
+            await self.endpoint.close()
+        await self.scoped.close()
+        if self._scoped_host is not None:
+            self._scoped_host.cancel()
         runtimes = list(self.runtimes.values())
         self.runtimes.clear()
         await asyncio.gather(*(runtime.stop() for runtime in runtimes), return_exceptions=True)

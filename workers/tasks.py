@@ -9,10 +9,12 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
 from registry.core import task_queue
+from registry.gateway.services import tool_calls_prune
 from registry.notifications.services import (
     WEBHOOK_MAX_RETRIES,
     WebhookRetryableError,
@@ -178,3 +180,9 @@ def webhook_deliver(self: Any, delivery_id: int) -> str:
     """One attempt at a webhook delivery; the last allowed attempt records the failure."""
     final = self.request.retries >= WEBHOOK_MAX_RETRIES
     return webhook_delivery_attempt(delivery_id=delivery_id, final_attempt=final)
+
+
+@app.task(name=task_queue.GATEWAY_CALLS_PRUNE)
+def prune_gateway_calls() -> int:
+    """Delete call records older than TOOLROOM_GATEWAY_CALL_RETENTION_DAYS."""
+    return tool_calls_prune(keep_days=settings.TOOLROOM_GATEWAY_CALL_RETENTION_DAYS)

@@ -59,23 +59,23 @@ class AgentTokenFailureThrottle(SimpleRateThrottle):
     def get_cache_key(self, request: Any, view: Any) -> str:
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
 
-    def _load(self, request: Any) -> tuple[CatalogueCache, int, int] | None:
+    def _load(self, request: Any) -> tuple[CatalogueCache, str, int, int] | None:
         cache = catalogue_cache()
         if cache is None:
             return None
         limit, window = self.parse_rate(self.rate)
-        self.key = self.get_cache_key(request, None)
-        self.history = cache.get(self.key) or []
+        key = self.get_cache_key(request, None)
+        self.history = cache.get(key) or []
         self.now = self.timer()
         while self.history and self.history[-1] <= self.now - (window or 0):
             self.history.pop()
-        return cache, limit or 0, window or 0
+        return cache, key, limit or 0, window or 0
 
     def blocked_for(self, request: Any) -> float | None:
         """Seconds this address must wait, or None if it may try a token."""
         if self.rate is None or (loaded := self._load(request)) is None:
             return None
-        _cache, limit, window = loaded
+        _cache, _key, limit, window = loaded
         if len(self.history) < limit:
             return None
         return max(0.0, float(window - (self.now - self.history[-1])))
@@ -83,9 +83,9 @@ class AgentTokenFailureThrottle(SimpleRateThrottle):
     def record_failure(self, request: Any) -> None:
         if self.rate is None or (loaded := self._load(request)) is None:
             return
-        cache, _limit, window = loaded
+        cache, key, _limit, window = loaded
         self.history.insert(0, self.now)
-        cache.set(self.key, self.history, window)
+        cache.set(key, self.history, window)
 
 
 class AgentTokenAuthentication(BaseAuthentication):

@@ -19,6 +19,7 @@ from registry.api.views.teams import (
     GrantViewSet,
     TeamViewSet,
 )
+from registry.api.views.tools import ToolCallView
 
 router = SimpleRouter(trailing_slash=False)
 router.register("teams", TeamViewSet, basename="team")
@@ -31,6 +32,7 @@ api_v1 = [
     path("catalogue", CatalogueView.as_view(), name="catalogue"),
     path("catalogue/mcp.json", ClientConfigView.as_view(), name="catalogue-client-config"),
     path("catalogue/preflight", PreflightView.as_view(), name="catalogue-preflight"),
+    path("tools/<str:name>/call", ToolCallView.as_view(), name="tool-call"),
     *router.urls,
 ]
 

@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
+
 from registry.catalogue.selectors import Catalogue, CatalogueServer, CatalogueTool, Preflight
 
 TOOL_FORMATS = ("native", "mcp", "openai", "anthropic")
@@ -40,8 +42,9 @@ def _description(tool: CatalogueTool) -> str:
 
 
 def gateway_url(public_url: str) -> str:
-    """The team's MCP endpoint on the gateway (which arrives with a later issue)."""
-    return public_url.rstrip("/") + "/mcp/"
+    """The team's MCP endpoint on the gateway: TOOLROOM_GATEWAY_URL, else `/mcp/` under the
+    public URL (for a reverse proxy that sends it to the gateway)."""
+    return settings.TOOLROOM_GATEWAY_URL or public_url.rstrip("/") + "/mcp/"
 
 
 def _server_native(server: CatalogueServer) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from registry.core.admin_ids import object_id_or_404
 from registry.core.canonical import pretty_json
 from registry.core.errors import ApplicationError
 from registry.core.secret_fields import mask_mapping
+from registry.gateway.admin import gateway_policy_summary
 from registry.servers import services
 from registry.servers.admin_forms import (
     McpServerAdminForm,
@@ -260,6 +261,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "reviewed_by",
         "reviewed_at",
         "tier_policy_summary",
+        "gateway",
     ]
     actions = [
         "discover_selected",
@@ -318,6 +320,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     "memory_limit_mb",
                     "cpu_limit",
                     "pids_limit",
+                    "gateway",
                 ]
             },
         ),
@@ -383,6 +386,10 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return format_html(
             '<a href="{}?server__id__exact={}&amp;review=awaiting">{}</a>', url, obj.pk, count
         )
+
+    @admin.display(description="Gateway")
+    def gateway(self, obj: McpServer) -> SafeString:
+        return gateway_policy_summary(obj)
 
     @admin.display(description="What the tier allows")
     def tier_policy_summary(self, obj: McpServer) -> SafeString:

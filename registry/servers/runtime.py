@@ -22,6 +22,7 @@ from registry.audit.services import Actor, audit_record
 from registry.core import task_queue
 from registry.core.errors import ApplicationError
 from registry.core.secret_fields import secret_redact
+from registry.gateway.runtimes import runtime_wanted_q
 from registry.servers.models import McpServer, ReviewStatus, RuntimeState, ServerStatus
 
 RuntimeAction = Literal["start", "stop", "restart"]
@@ -251,7 +252,8 @@ def runtime_reconcile_plan(*, now: datetime | None = None) -> RuntimePlan:
     """Which warm runtimes should be started (nobody live holds them) or stopped."""
     now = now or timezone.now()
     live = Q(status__runtime_heartbeat_at__gte=_stale_before(now)) & ~Q(status__runtime_owner="")
-    wanted = Q(auto_start=True, review_status=ReviewStatus.APPROVED)
+    # Auto-start servers, and those the gateway keeps warm (always, or on demand while in use).
+    wanted = runtime_wanted_q()
     start = list(
         McpServer.objects.filter(wanted)
         .exclude(status__runtime_state=RuntimeState.FAILED)

@@ -52,10 +52,53 @@ def _echo_tools() -> list[dict[str, Any]]:
     ]
 
 
+MEMORY_TOOLS = [
+    {
+        "name": "remember",
+        "description": "Remember a text (in this process).",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        },
+    },
+    {
+        "name": "recall",
+        "description": "Everything this process was told to remember.",
+        "inputSchema": {"type": "object", "properties": {}},
+        "annotations": {"readOnlyHint": True},
+    },
+]
+_memory: list[str] = []
+WHOAMI_TOOL = {
+    "name": "whoami",
+    "description": "Who is calling, from the identity token Toolroom signed.",
+    "inputSchema": {"type": "object", "properties": {}},
+    "annotations": {"readOnlyHint": True},
+}
+
+
+def _whoami(ctx: Any, params: types.CallToolRequestParams, jwks_url: str, audience: str) -> str:
+    """Verify the caller's identity token with a JWT library (PyJWT) against Toolroom's keys:
+    from the X-Toolroom-Identity header over HTTP when there is one, else from `_meta`."""
+    import jwt
+
+    request = getattr(ctx, "request", None)
+    header = request.headers.get("x-toolroom-identity") if request is not None else None
+    token = header or (params.meta or {}).get("toolroom/identity")
+    if not token:
+        raise ValueError("no identity token in the header or _meta")
+    key = jwt.PyJWKClient(jwks_url).get_signing_key_from_jwt(token)
+    claims = jwt.decode(token, key.key, algorithms=["ES256"], audience=audience, issuer="toolroom")
+    return json.dumps({**claims, "via": "header" if header else "meta"}, sort_keys=True)
+
+
 def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.tools_file:
         return list(json.loads(Path(args.tools_file).read_text()))
-    tools = _echo_tools()
+    tools = _echo_tools() + (MEMORY_TOOLS if args.memory else [])
+    if args.verify_identity:
+        tools.append(WHOAMI_TOOL)
     if args.tool_count:
         tools = [
             {
@@ -108,6 +151,19 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             text = str(arguments.get("text", ""))
         elif params.name == "add":
             text = str(int(arguments["a"]) + int(arguments["b"]))
+        elif params.name == "whoami" and args.verify_identity:
+            try:
+                text = _whoami(ctx, params, args.verify_identity, args.audience)
+            except Exception as exc:
+                return types.CallToolResult(
+                    content=[types.TextContent(type="text", text=f"identity refused: {exc}")],
+                    is_error=True,
+                )
+        elif params.name == "remember" and args.memory:
+            _memory.append(str(arguments.get("text", "")))
+            text = "remembered"
+        elif params.name == "recall" and args.memory:
+            text = ",".join(_memory)
         elif params.name == "sleep":
             await anyio.sleep(float(arguments.get("seconds", 0)))
             text = "slept"
@@ -134,6 +190,27 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             prompts=[types.Prompt(name="summarise", description="Summarise a text.")]
         )
 
+    async def read_resource(
+        ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        return types.ReadResourceResult(
+            contents=[
+                types.TextResourceContents(
+                    uri=str(params.uri), mime_type="text/plain", text=f"hello from {args.name}"
+                )
+            ]
+        )
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        text = (params.arguments or {}).get("text", "")
+        return types.GetPromptResult(
+            messages=[
+                types.PromptMessage(
+                    role="user", content=types.TextContent(type="text", text=f"Summarise: {text}")
+                )
+            ]
+        )
+
     return Server(
         args.name,
         version="1.0.0",
@@ -141,7 +218,9 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,
+        on_read_resource=read_resource,
         on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
     )
 
 
@@ -180,6 +259,9 @@ def main() -> None:
     parser.add_argument("--schema-bytes", type=int, default=0)
     parser.add_argument("--hang-on", choices=["start", "list", "call"])
     parser.add_argument("--crash-on-call", action="store_true")
+    parser.add_argument("--memory", action="store_true", help="add remember/recall tools")
+    parser.add_argument("--verify-identity", help="JWKS URL: add a whoami tool that verifies")
+    parser.add_argument("--audience", default="", help="the audience whoami expects")
     parser.add_argument("--garbage", action="store_true", help="print only garbage on stdout")
     parser.add_argument("--stderr-lines", type=int, default=0)
     parser.add_argument("--http", type=int, help="serve Streamable HTTP on this port")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
 import socket
@@ -23,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, cast
 
 import anyio
 import httpcore2
@@ -101,6 +102,9 @@ class HttpTarget:
     headers: Mapping[str, str] = field(default_factory=dict)
     # Networks the URL's resolved addresses may be in although they are internal.
     allowed_networks: Sequence[str] = ()
+    # `_meta` keys of a request copied into HTTP headers of its POST ({meta key: header name}):
+    # per-call values (a caller's identity) on a session whose client headers are fixed.
+    meta_headers: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         return self.url
@@ -257,8 +261,33 @@ def _tls_context() -> ssl.SSLContext:
     return httpx2.create_ssl_context(trust_env=False)
 
 
+def _meta_header_hook(meta_headers: Mapping[str, str]) -> Callable[[httpx2.Request], Any]:
+    """A request hook that copies `params._meta` values of a JSON-RPC request into headers."""
+
+    async def hook(request: httpx2.Request) -> None:
+        if request.method != "POST":
+            return
+        try:
+            message = json.loads(request.content or b"{}")
+        except (ValueError, RuntimeError):  # not JSON, or a streamed body
+            return
+        meta = (message.get("params") or {}).get("_meta") if isinstance(message, dict) else None
+        if not isinstance(meta, dict):
+            return
+        for key, header in meta_headers.items():
+            value = meta.get(key)
+            if isinstance(value, str):
+                request.headers[header] = value
+
+    return hook
+
+
 def guarded_http_client(
-    *, headers: Mapping[str, str], allowed_networks: Sequence[str], deadlines: Deadlines
+    *,
+    headers: Mapping[str, str],
+    allowed_networks: Sequence[str],
+    deadlines: Deadlines,
+    meta_headers: Mapping[str, str] | None = None,
 ) -> httpx2.AsyncClient:
     """An HTTP client for MCP traffic: our headers and timeouts, no proxy from the environment,
     and the network guard on every connection it opens."""
@@ -270,6 +299,7 @@ def guarded_http_client(
         timeout=httpx2.Timeout(deadlines.call, connect=deadlines.connect),
         transport=transport,
         trust_env=False,
+        event_hooks={"request": [_meta_header_hook(meta_headers)]} if meta_headers else None,
     )
 
 
@@ -369,11 +399,37 @@ class McpConnection:
         return await self._list_all("prompts/list", "list_prompts", "prompts")
 
     async def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | None = None, *, timeout: float | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """Call a tool; `meta` goes into the request's `_meta` (e.g. a caller's identity)."""
         result = await self._call(
             f"tools/call {name}",
-            lambda: self._client.call_tool(name, dict(arguments or {})),
+            lambda: self._client.call_tool(
+                name,
+                dict(arguments or {}),
+                meta=cast(types.RequestParamsMeta, dict(meta)) if meta else None,
+            ),
+            timeout=timeout,
+        )
+        return _wire(result)
+
+    async def read_resource(self, uri: str, *, timeout: float | None = None) -> dict[str, Any]:
+        result = await self._call(
+            f"resources/read {uri}", lambda: self._client.read_resource(uri), timeout=timeout
+        )
+        return _wire(result)
+
+    async def get_prompt(
+        self, name: str, arguments: Mapping[str, str] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        result = await self._call(
+            f"prompts/get {name}",
+            lambda: self._client.get_prompt(name, dict(arguments or {})),
             timeout=timeout,
         )
         return _wire(result)
@@ -497,7 +553,10 @@ def _open_transport(
                 httpx_client_factory=factory,
             )
         client = guarded_http_client(
-            headers=target.headers, allowed_networks=target.allowed_networks, deadlines=deadlines
+            headers=target.headers,
+            allowed_networks=target.allowed_networks,
+            deadlines=deadlines,
+            meta_headers=target.meta_headers,
         )
         return _owning_client(streamable_http_client(target.url, http_client=client), client)
     return target.open_transport()

@@ -1,0 +1,321 @@
+"""Gateway benchmark: an echo tool called directly with the SDK vs through the gateway, in one run.
+
+    .venv/bin/python bench/gateway/run.py [--calls 200] [--sessions 1,16,100] [--kinds http,stdio]
+
+Kinds: (a) `http`, a Streamable HTTP server (the test suite's scenario server); (b) `stdio`, the
+same server over stdio, held warm by a real runtime worker (Celery, threads pool) and reached
+through its private endpoint. For each kind and each number of concurrent sessions it measures,
+alternating direct and gateway rounds, the latency of `--calls` echo calls per session (every
+session calls one after the other; the sessions run at once), and the gateway process's CPU
+seconds per call (from /proc). Both sides use the SDK `Client` in `mode="auto"` (2026-07-28).
+It also reports a cold call to each kind (server not running / no pooled session).
+
+A bench PostgreSQL database `toolroom_bench_gateway_<pid>` and Redis keys under a prefix of the
+run's own are created and removed. Every process it starts is stopped. Targets (issue 9): added
+latency p50 <= 2 ms and p95 <= 5 ms at 1 session, gateway / direct <= 1.5x, p95 < 50 ms at 100
+sessions. Prints a Markdown table for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench._common import (  # noqa: E402
+    REDIS_URL,
+    cpu_of,
+    django_setup,
+    loadavg,
+    markdown_table,
+    median,
+    migrate,
+    p95,
+    pg_create,
+    pg_drop,
+    postgres_url,
+    redis_cleanup,
+    stop_process,
+    toolroom_env,
+    tree_pids,
+)
+
+SCENARIO = ROOT / "tests" / "mcp_servers" / "scenario_server.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx2.get(url, timeout=1.0, trust_env=False)
+            return
+        except httpx2.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout} s")
+
+
+def setup_world(http_url: str, stdio_argv: list[str]) -> str:
+    """Servers discovered and approved, a team granted both, an agent token (printed once)."""
+    from registry.gateway.services import server_gateway_policy_set  # noqa: PLC0415
+    from registry.servers import services as servers  # noqa: PLC0415
+    from registry.servers.discovery import (  # noqa: PLC0415
+        discovery_claim,
+        discovery_record,
+        discovery_request,
+    )
+    from registry.servers.launch import server_launch_plan  # noqa: PLC0415
+    from registry.servers.models import Tool  # noqa: PLC0415
+    from registry.teams.services import (  # noqa: PLC0415
+        agent_token_create,
+        grant_create,
+        team_create,
+    )
+    from workers.discovery import discover_plan  # noqa: PLC0415
+
+    team = team_create(actor="bench", slug="bench", name="Bench")
+    for slug, fields in (
+        ("web", {"transport": "streamable_http", "url": http_url}),
+        ("local", {"transport": "stdio", "command": stdio_argv}),
+    ):
+        server = servers.server_create(
+            actor="bench", slug=slug, name=slug.title(), trust_tier="builtin", **fields
+        )
+        servers.server_submit_for_review(actor="bench", server=server)
+        servers.server_approve(actor="bench", server=server)
+        run = discovery_request(server=server, actor="bench", trigger="bench")
+        claimed = discovery_claim(run_id=run.pk)
+        assert claimed is not None
+        discovery_record(
+            run=claimed, outcome=anyio.run(discover_plan, server_launch_plan(server=server))
+        )
+        for tool in Tool.objects.filter(server=server):
+            servers.tool_approve(actor="bench", tool=tool)
+        # Cold starts of a Python stdio server on a busy machine take seconds.
+        server_gateway_policy_set(
+            actor="bench", server=server, call_deadline_seconds=60, max_concurrency=128
+        )
+        grant_create(actor="bench", team=team, server=server)
+    role = team.roles.get(name="operations")
+    return agent_token_create(actor="bench", team=team, role=role, name="bench").plain
+
+
+async def session_calls(open_client: Any, calls: int, start: anyio.Event) -> list[float]:
+    latencies = []
+    async with open_client() as client:
+        await start.wait()
+        for index in range(calls):
+            began = time.perf_counter()
+            result = await client.call_tool(client.bench_tool, {"text": f"t{index}"})
+            latencies.append((time.perf_counter() - began) * 1000)
+            if result.is_error:
+                raise RuntimeError(f"call failed: {result.content}")
+    return latencies
+
+
+def client_factory(kind: str, side: str, *, http_url: str, gateway_url: str, token: str) -> Any:
+    from contextlib import asynccontextmanager  # noqa: PLC0415
+
+    from mcp import Client, StdioServerParameters  # noqa: PLC0415
+    from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
+
+    @asynccontextmanager
+    async def open_client() -> Any:
+        if side == "direct" and kind == "http":
+            http = httpx2.AsyncClient(timeout=60, trust_env=False)
+            async with http, Client(streamable_http_client(http_url, http_client=http)) as c:
+                c.bench_tool = "echo"
+                yield c
+        elif side == "direct":
+            params = StdioServerParameters(command=sys.executable, args=[str(SCENARIO)])
+            async with Client(params) as c:
+                c.bench_tool = "echo"
+                yield c
+        else:
+            http = httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {token}"}, timeout=60, trust_env=False
+            )
+            async with http, Client(streamable_http_client(gateway_url, http_client=http)) as c:
+                c.bench_tool = "web__echo" if kind == "http" else "local__echo"
+                yield c
+
+    return open_client
+
+
+async def measure(open_client: Any, sessions: int, calls: int) -> list[float]:
+    start = anyio.Event()
+    results: list[list[float]] = []
+
+    async def one() -> None:
+        results.append(await session_calls(open_client, calls, start))
+
+    async with anyio.create_task_group() as group:
+        for _ in range(sessions):
+            group.start_soon(one)
+        await anyio.sleep(min(10.0, 0.5 + sessions * 0.05))  # let every session open
+        start.set()
+    return [value for latencies in results for value in latencies]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--sessions", default="1,16,100")
+    parser.add_argument("--kinds", default="http,stdio")
+    args = parser.parse_args()
+    session_counts = [int(n) for n in args.sessions.split(",")]
+    kinds = args.kinds.split(",")
+
+    pid = os.getpid()
+    prefix = f"toolroom-bench-gateway-{pid}"
+    database = f"toolroom_bench_gateway_{pid}"
+    pg_create(database)
+    env = toolroom_env(database_url=postgres_url(database), key_prefix=prefix)
+    env["TOOLROOM_RUNTIME_ENDPOINT_HOST"] = "127.0.0.1"
+    django_setup(env)
+    migrate()
+    full_env = {**os.environ, **env}
+    processes: list[subprocess.Popen[Any]] = []
+    rows = []
+    try:
+        http_port, gateway_port = free_port(), free_port()
+        http_url = f"http://127.0.0.1:{http_port}/mcp"
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, str(SCENARIO), "--http", str(http_port)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        wait_http(f"http://127.0.0.1:{http_port}/")
+        token = setup_world(http_url, [sys.executable, str(SCENARIO)])
+        gateway = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "workers.gateway.asgi:application",
+                "--port",
+                str(gateway_port),
+                "--log-level",
+                "warning",
+            ],
+            env=full_env,
+            cwd=ROOT,
+        )
+        processes.append(gateway)
+        gateway_base = f"http://127.0.0.1:{gateway_port}"
+        wait_http(f"{gateway_base}/healthz")
+        if "stdio" in kinds:
+            processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "workers",
+                        "worker",
+                        "-Q",
+                        "toolroom,runtime",
+                        "-P",
+                        "threads",
+                        "-c",
+                        "4",
+                        "-n",
+                        f"bench-{pid}@%h",
+                        "--without-gossip",
+                        "--without-mingle",
+                        "-l",
+                        "warning",
+                    ],
+                    env=full_env,
+                    cwd=ROOT,
+                    start_new_session=True,
+                )
+            )
+            time.sleep(5)  # the worker starts its runtime manager and endpoint
+        for kind in kinds:
+            factories = {
+                side: client_factory(
+                    kind, side, http_url=http_url, gateway_url=f"{gateway_base}/mcp", token=token
+                )
+                for side in ("direct", "gateway")
+            }
+            cold = anyio.run(measure, factories["gateway"], 1, 1)  # starts / opens upstream
+            for sessions in session_counts:
+                calls = max(20, args.calls // max(1, sessions // 4))
+                found: dict[str, list[float]] = {"direct": [], "gateway": []}
+                cpu = 0.0
+                for _ in range(2):  # alternate: direct, gateway, direct, gateway
+                    for side in ("direct", "gateway"):
+                        before = sum(cpu_of(tree_pids(gateway.pid)).values())
+                        found[side] += anyio.run(measure, factories[side], sessions, calls)
+                        if side == "gateway":
+                            cpu += sum(cpu_of(tree_pids(gateway.pid)).values()) - before
+                d50, g50 = median(found["direct"]), median(found["gateway"])
+                d95, g95 = p95(found["direct"]), p95(found["gateway"])
+                rows.append(
+                    [
+                        kind,
+                        sessions,
+                        len(found["gateway"]),
+                        f"{d50:.2f}",
+                        f"{g50:.2f}",
+                        f"{g50 - d50:+.2f}",
+                        f"{d95:.2f}",
+                        f"{g95:.2f}",
+                        f"{g95 - d95:+.2f}",
+                        f"{g50 / d50:.2f}x",
+                        f"{cpu / len(found['gateway']) * 1000:.2f}",
+                        f"{cold[0]:.0f}" if sessions == session_counts[0] else "",
+                    ]
+                )
+                print(rows[-1], flush=True)
+    finally:
+        for process in reversed(processes):
+            stop_process(process)
+        redis_cleanup(prefix)
+        pg_drop(database)
+    print()
+    print(f"load average at the end: {loadavg()}; Redis {REDIS_URL}")
+    print(
+        markdown_table(
+            [
+                "kind",
+                "sessions",
+                "calls",
+                "direct p50 ms",
+                "gateway p50 ms",
+                "added p50",
+                "direct p95 ms",
+                "gateway p95 ms",
+                "added p95",
+                "gateway/direct p50",
+                "gateway CPU ms/call",
+                "cold call ms",
+            ],
+            rows,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Where the gateway finds a stdio or sandboxed server: which runtime worker holds it, at which
+private address, and how it asks for one that is not running to be started (on demand).
+
+A runtime worker advertises its private endpoint in the cache under its owner name (renewed with
+its heartbeat). The gateway records demand for an on-demand server (`demanded_until`, written at
+most every DEMAND_WRITE_SECONDS per server and process), which makes the runtime reconcile keep it
+warm until the server's idle-stop time has passed without calls, and sends a start command so
+that the call does not wait for the next reconcile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from registry.catalogue.cache import hot_cache
+from registry.core import task_queue
+from registry.gateway.models import GatewayMode, ServerGatewayPolicy
+from registry.servers.models import McpServer, ReviewStatus, RuntimeState, ServerStatus
+
+ENDPOINT_TTL_SECONDS = 60
+DEMAND_WRITE_SECONDS = 30.0
+_demand_written: dict[int, float] = {}
+
+
+def _endpoint_key(owner: str) -> str:
+    return f"runtime-endpoint:{owner}"
+
+
+def runtime_endpoint_secret() -> bytes:
+    """The shared secret of runtime endpoints, derived from SECRET_KEY (both sides have it)."""
+    return hmac.new(
+        settings.SECRET_KEY.encode(), b"toolroom runtime endpoint", hashlib.sha256
+    ).digest()
+
+
+def runtime_endpoint_advertise(*, owner: str, address: str) -> None:
+    """A runtime worker says where its private endpoint listens (host:port)."""
+    hot_cache().set(_endpoint_key(owner), address, ENDPOINT_TTL_SECONDS)
+
+
+def runtime_endpoint_address(*, owner: str) -> str | None:
+    value = hot_cache().get(_endpoint_key(owner))
+    return str(value) if value else None
+
+
+@dataclass(frozen=True)
+class RuntimeLocation:
+    owner: str
+    state: str
+    address: str | None
+
+    @property
+    def running(self) -> bool:
+        return self.state == RuntimeState.RUNNING and bool(self.owner) and bool(self.address)
+
+
+def server_runtime_location(*, server_id: int) -> RuntimeLocation:
+    """Who holds the server's runtime and at which address (one query)."""
+    row = (
+        ServerStatus.objects.filter(server_id=server_id)
+        .values_list("runtime_owner", "runtime_state")
+        .first()
+    )
+    owner, state = row if row else ("", RuntimeState.STOPPED)
+    address = runtime_endpoint_address(owner=owner) if owner else None
+    return RuntimeLocation(owner=owner, state=state, address=address)
+
+
+def server_runtime_demand(*, server_id: int, idle_stop_seconds: int, start: bool) -> None:
+    """Record that a call wants the server warm; `start` also asks a runtime worker to start it.
+
+    The write is throttled per server and process: demand lasts `idle_stop_seconds`, far longer
+    than the throttle.
+    """
+    now = time.monotonic()
+    if start or now - _demand_written.get(server_id, 0.0) >= DEMAND_WRITE_SECONDS:
+        _demand_written[server_id] = now
+        until = timezone.now() + timedelta(seconds=max(idle_stop_seconds, DEMAND_WRITE_SECONDS))
+        updated = ServerGatewayPolicy.objects.filter(server_id=server_id).update(
+            demanded_until=until
+        )
+        if not updated:
+            ServerGatewayPolicy.objects.get_or_create(
+                server_id=server_id, defaults={"demanded_until": until}
+            )
+    if start:
+        task_queue.send_now(
+            task_queue.RUNTIME_COMMAND,
+            args=(server_id, "start"),
+            queue=task_queue.RUNTIME_QUEUE,
+            expires=60,
+        )
+
+
+def runtime_wanted_q() -> Q:
+    """The servers that should be kept warm: approved, and auto-start, always warm through the
+    gateway, or demanded by a recent call."""
+    return Q(review_status=ReviewStatus.APPROVED) & (
+        Q(auto_start=True)
+        | Q(gateway_policy__mode=GatewayMode.ALWAYS_WARM)
+        | Q(
+            gateway_policy__mode=GatewayMode.ON_DEMAND,
+            gateway_policy__demanded_until__gt=timezone.now(),
+        )
+    )
+
+
+def server_runtime_wanted(*, server_id: int) -> bool:
+    return McpServer.objects.filter(runtime_wanted_q(), pk=server_id).exists()

@@ -1,0 +1,89 @@
+"""Building blocks of the gateway tests: a real gateway (uvicorn, in a thread of the test process,
+sharing its database and cache settings), SDK clients with an agent token, an approved HTTP
+server discovered for real."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+import uvicorn
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from registry.gateway import calls as checks
+from registry.servers import services as server_services
+from registry.servers.models import McpServer, Tool, Transport
+from tests.discovery_helpers import discover_inline
+from tests.factories import McpServerFactory
+from tests.mcp_fixtures import free_port
+from workers.gateway.app import build_gateway_app
+
+
+class RunningGateway:
+    def __init__(self) -> None:
+        checks._tables.clear()  # ids repeat from test to test
+        self.app = build_gateway_app()
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base}/mcp"
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="gateway", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.02)
+
+    @property
+    def recorder(self) -> Any:
+        return self.app.state.recorder
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+@asynccontextmanager
+async def gateway_client(
+    url: str,
+    token: str,
+    *,
+    mode: str = "auto",
+    headers: dict[str, str] | None = None,
+    message_handler: Any = None,
+) -> AsyncIterator[Client]:
+    """An SDK client of the gateway, authenticated with an agent token."""
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}", **(headers or {})},
+        timeout=httpx2.Timeout(60.0),
+    )
+    transport = streamable_http_client(url, http_client=http)
+    async with http, Client(transport, mode=mode, message_handler=message_handler) as client:
+        yield client
+
+
+def discovered_http_server(slug: str, url: str, *, approve: bool = True) -> McpServer:
+    """An approved Streamable HTTP server whose tools were discovered from the running server
+    and approved (all of them, unless told otherwise)."""
+    server = McpServerFactory(slug=slug, transport=Transport.STREAMABLE_HTTP, url=url, command=[])
+    server_services.server_submit_for_review(actor="test", server=server)
+    server_services.server_approve(actor="test", server=server)
+    discover_inline(server)
+    if approve:
+        for tool in Tool.objects.filter(server=server, removed_at__isnull=True):
+            server_services.tool_approve(actor="test", tool=tool)
+    server.refresh_from_db()
+    return server
+
+
+def text_of(result: Any) -> str:
+    return "".join(getattr(part, "text", "") for part in result.content)

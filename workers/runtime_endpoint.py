@@ -1,0 +1,113 @@
+"""The private endpoint of a runtime worker: the gateway's way to the stdio and sandboxed
+servers this worker holds (docs/workers.md, docs/gateway.md). Not a Celery round trip.
+
+JSON lines over one persistent TCP connection per gateway process, several calls in flight at
+once (each answer names its request's id). The first line must carry the shared secret (derived
+from SECRET_KEY); anything else closes the connection. A request:
+
+    {"id": 7, "server_id": 3, "scope": "team:2", "tool": "echo", "arguments": {...},
+     "timeout": 4.5, "meta": {...}}
+
+and its answer `{"id": 7, "result": {...}}` (a tools/call result in MCP wire form) or
+`{"id": 7, "error": {"kind": "<McpFailure kind>", "message": "..."}}`. Kind `connect` means the
+request never reached the server (for instance: this worker does not hold it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from workers.adapters.mcp_client import McpFailure
+
+logger = logging.getLogger(__name__)
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+CallHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), default=str).encode() + b"\n"
+
+
+class RuntimeEndpoint:
+    """Listens on host:port (0: any free port) and hands each call to `handle`."""
+
+    def __init__(self, *, host: str, port: int, secret: bytes, handle: CallHandler) -> None:
+        self.host = host
+        self.port = port
+        self.secret = secret.hex()
+        self.handle = handle
+        self.server: asyncio.Server | None = None
+        self.connections: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(
+            self._connection, self.host, self.port, limit=MAX_LINE_BYTES
+        )
+        port = self.server.sockets[0].getsockname()[1]
+        return f"{self.host}:{port}"
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        connections = list(self.connections)
+        for task in connections:
+            task.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+        if self.server is not None:
+            with contextlib.suppress(Exception):
+                await self.server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        current = asyncio.current_task()
+        if current is not None:
+            self.connections.add(current)
+            current.add_done_callback(self.connections.discard)
+        tasks: set[asyncio.Task[None]] = set()
+        lock = asyncio.Lock()
+
+        async def answer(message: dict[str, Any]) -> None:
+            async with lock:
+                writer.write(encode(message))
+                await writer.drain()
+
+        async def serve(request: dict[str, Any]) -> None:
+            try:
+                result = await self.handle(request)
+            except McpFailure as failure:
+                await answer(
+                    {
+                        "id": request.get("id"),
+                        "error": {"kind": failure.kind, "message": str(failure)},
+                    }
+                )
+            except Exception as exc:
+                logger.exception("runtime endpoint call failed")
+                await answer(
+                    {"id": request.get("id"), "error": {"kind": "protocol", "message": str(exc)}}
+                )
+            else:
+                await answer({"id": request.get("id"), "result": result})
+
+        try:
+            hello = json.loads(await reader.readline() or b"{}")
+            if not hmac.compare_digest(str(hello.get("auth", "")), self.secret):
+                return
+            while line := await reader.readline():
+                task = asyncio.create_task(serve(json.loads(line)))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        except (ConnectionError, ValueError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            for task in tasks:
+                task.cancel()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

@@ -1,0 +1,209 @@
+"""Pooled sessions to MCP servers keyed by isolation, one owner task per session.
+
+The gateway pools its sessions to Streamable HTTP and SSE servers here; a runtime worker pools
+the per-team and per-conversation sessions of the stdio and sandboxed servers it holds.
+
+A session is keyed by (server, isolation key): `shared`, `team:<id>` or `conversation:<key>`, as
+the server's isolation scope says, so state never crosses that boundary. Its owner task opens it
+with the server's own URL and headers (the agent's token never goes upstream), serves calls from
+a queue (each in a child task of the owner, so a slow call does not hold up the others), closes it
+when idle, and ends when the session dies; the next call opens a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup
+
+from registry.servers.launch import LaunchPlan
+from workers.adapters.mcp_client import (
+    Deadlines,
+    HttpTarget,
+    McpConnection,
+    McpFailure,
+    connect,
+    mode_for,
+)
+from workers.launch import target_for
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+CONNECT_DEADLINE = 10.0
+_STOP = object()
+
+
+@dataclass
+class _Work:
+    fn: Callable[[McpConnection], Awaitable[Any]]
+    future: asyncio.Future[Any]
+
+
+class UpstreamSession:
+    """One open session to one server for one isolation key, owned by one task."""
+
+    def __init__(self, pool: UpstreamPool, key: tuple[int, str], plan: LaunchPlan) -> None:
+        self.pool = pool
+        self.key = key
+        self.plan = plan
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.ready = asyncio.Event()
+        self.finished = asyncio.Event()
+        self.failure: McpFailure | None = None
+        self.last_used = time.monotonic()
+        self.in_flight = 0
+
+    @property
+    def alive(self) -> bool:
+        return not self.finished.is_set()
+
+    async def request(self, fn: Callable[[McpConnection], Awaitable[T]]) -> T:
+        """Run `fn` on the session inside its owner task; raises McpFailure if it cannot."""
+        if self.finished.is_set():
+            raise self.failure or McpFailure("closed", "The upstream session is closed.")
+        self.last_used = time.monotonic()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        await self.queue.put(_Work(fn, future))
+        return await future
+
+    async def stop(self) -> None:
+        await self.queue.put(_STOP)
+
+    async def own(self) -> None:
+        """Open, serve, close: everything on this one task."""
+        try:
+            target = await target_for(self.plan)
+            if isinstance(target, HttpTarget) and self.pool.meta_headers:
+                target = dataclasses.replace(target, meta_headers=self.pool.meta_headers)
+            deadlines = Deadlines(connect=CONNECT_DEADLINE, call=300.0)
+            async with connect(
+                target, deadlines=deadlines, mode=mode_for(self.plan.protocol_version)
+            ) as connection:
+                self.ready.set()
+                await self._serve(connection)
+        except McpFailure as failure:
+            self.failure = failure
+        except Exception as exc:  # never let one server's session take the pool down
+            logger.exception("upstream session %s crashed", self.key)
+            self.failure = McpFailure("protocol", f"{type(exc).__name__}: {exc}")
+        finally:
+            self.finished.set()
+            self.ready.set()  # wake waiters: they see `failure`
+            self.pool.forget(self)
+            while not self.queue.empty():
+                item = self.queue.get_nowait()
+                if isinstance(item, _Work) and not item.future.done():
+                    item.future.set_exception(
+                        self.failure or McpFailure("closed", "The upstream session closed.")
+                    )
+
+    async def _serve(self, connection: McpConnection) -> None:
+        dead: list[McpFailure] = []
+
+        async def handle(work: _Work) -> None:
+            self.in_flight += 1
+            try:
+                result = await work.fn(connection)
+            except McpFailure as failure:
+                if not work.future.done():
+                    work.future.set_exception(failure)
+                if failure.kind in ("closed", "connect"):
+                    dead.append(failure)
+                    await self.queue.put(_STOP)
+            except Exception as exc:
+                if not work.future.done():
+                    work.future.set_exception(exc)
+            else:
+                if not work.future.done():
+                    work.future.set_result(result)
+            finally:
+                self.in_flight -= 1
+                self.last_used = time.monotonic()
+
+        async with anyio.create_task_group() as group:
+            while True:
+                item = await self.queue.get()
+                if item is _STOP:
+                    group.cancel_scope.cancel()
+                    break
+                group.start_soon(handle, item)
+        if dead:
+            self.failure = dead[0]
+
+
+class UpstreamPool:
+    """The upstream sessions of one gateway process."""
+
+    def __init__(
+        self, *, idle_seconds: float, meta_headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.idle_seconds = idle_seconds
+        self.meta_headers = dict(meta_headers or {})
+        self.sessions: dict[tuple[int, str], UpstreamSession] = {}
+        self._group: TaskGroup | None = None
+
+    def attach(self, group: TaskGroup) -> None:
+        """Owner tasks run in this task group (the gateway's lifespan)."""
+        self._group = group
+        group.start_soon(self._reap_idle)
+
+    def forget(self, session: UpstreamSession) -> None:
+        if self.sessions.get(session.key) is session:
+            del self.sessions[session.key]
+
+    async def session(
+        self, key: tuple[int, str], plan: Callable[[], Awaitable[LaunchPlan]]
+    ) -> tuple[UpstreamSession, bool]:
+        """The live session for `key` (and whether it is new), opened now if there is none, once
+        ready. `plan` loads the server's launch plan, only when a session must be opened.
+
+        Raises McpFailure when it cannot be opened. The caller bounds the wait with its deadline.
+        """
+        session = self.sessions.get(key)
+        fresh = False
+        if session is None or not session.alive:
+            if self._group is None:
+                raise McpFailure("connect", "The gateway's upstream pool is not running.")
+            loaded = await plan()
+            session = self.sessions.get(key)  # another call may have opened it meanwhile
+            if session is None or not session.alive:
+                session = UpstreamSession(self, key, loaded)
+                self.sessions[key] = session
+                fresh = True
+                self._group.start_soon(session.own, name=f"upstream:{loaded.slug}:{key[1]}")
+        await session.ready.wait()
+        if session.finished.is_set():
+            raise session.failure or McpFailure("closed", "The upstream session closed.")
+        return session, fresh
+
+    async def drop(self, key: tuple[int, str]) -> None:
+        session = self.sessions.pop(key, None)
+        if session is not None:
+            await session.stop()
+
+    async def drop_server(self, server_id: int) -> None:
+        """Close every session of one server (it stopped, or moved to another worker)."""
+        for key in [key for key in self.sessions if key[0] == server_id]:
+            await self.drop(key)
+
+    async def _reap_idle(self) -> None:
+        while True:
+            await anyio.sleep(min(30.0, self.idle_seconds / 2))
+            now = time.monotonic()
+            for session in list(self.sessions.values()):
+                if session.in_flight == 0 and now - session.last_used > self.idle_seconds:
+                    self.forget(session)
+                    await session.stop()
+
+    async def close(self) -> None:
+        for session in list(self.sessions.values()):
+            await session.stop()
+        self.sessions.clear()
