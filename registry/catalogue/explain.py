@@ -579,6 +579,54 @@ def team_access_report(
     return result
 
 
+def tool_by_name(*, name: str) -> Tool | None:
+    """Any tool (offered or not, any server) by its namespaced name: for admins only."""
+    candidates = Tool.objects.select_related("server")
+    parts = plain_name_parts(name)
+    if parts is not None:
+        candidates = candidates.filter(server__slug=parts[0], name=parts[1])
+    for tool in candidates.order_by("pk").iterator():
+        if namespaced_tool_name(tool.server.slug, tool.name) == name:
+            return tool
+    return None
+
+
+def access_request_blockers(
+    *, request: AccessRequest, at: datetime | None = None
+) -> list[AccessExplanation]:
+    """What would still stop each tool the request asks for if it were approved now: every
+    (role, tool) it covers, explained as if its grant existed (the grant rule then passes)."""
+    now = at or timezone.now()
+    team = request.team
+    hypothetical = Grant(
+        team=team,
+        server_id=request.server_id,
+        tool_id=request.tool_id,
+        role=request.role,
+        expires_at=request.wished_expires_at,
+        granted_by_label="(this request, if approved)",
+        granted_at=now,
+    )
+    grants = [*_grants(Q(team_id=team.pk), [request.server_id]), hypothetical]
+    tool_filter = Q(pk=request.tool_id) if request.tool_id else Q(server_id=request.server_id)
+    facts = _facts_for(_tools_with_facts(tool_filter))
+    roles = [request.role] if request.role is not None else list(team.roles.order_by("name"))
+    hide = settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY
+    return [
+        _evaluate(
+            tool_facts,
+            team=team,
+            role=role,
+            grants=grants,
+            at=now,
+            hide_unhealthy=hide,
+            conversation="",
+        )
+        for role in roles
+        for tool_facts in facts
+    ]
+
+
 def tool_for_agent_name(*, team: Team, name: str, at: datetime | None = None) -> Tool | None:
     """The tool behind a namespaced name that the team may ask about, or None.
 
