@@ -92,6 +92,33 @@ def test_everything_passes_and_the_facts_name_the_grant_and_the_approval(world):
     assert explanation.rule(RULE_GATEWAY_MODE).facts["isolation_scope"] == "team"
 
 
+def test_one_explanation_costs_a_constant_number_of_queries(
+    world, committed, django_assert_num_queries
+):
+    team, server, _ = world
+    with committed():
+        for n in range(5):
+            GrantFactory(team=team, server=server, role=team.roles.get(name="review"), note=str(n))
+            team_services.grant_revoke(actor="test", grant=team.grants.latest("pk"), reason="x")
+    role = team.roles.get(name="operations")
+    tool = tool_of(server, "read_file")
+
+    # tool with server and status, its approvals, the gateway policy, grants, access requests
+    with django_assert_num_queries(5):
+        access_explain(team=team, role=role, tool=tool)
+
+
+def test_a_role_of_another_team_is_refused(world, committed):
+    team, server, _ = world
+    with committed():
+        other = TeamFactory(slug="beta")
+
+    with pytest.raises(ValueError, match="not one of the team's roles"):
+        access_explain(
+            team=team, role=other.roles.get(name="review"), tool=tool_of(server, "read_file")
+        )
+
+
 def test_no_grant_alone_fails_the_grant_rule(world, committed):
     _, server, _ = world
     with committed():

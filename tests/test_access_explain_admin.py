@@ -123,3 +123,19 @@ def test_an_access_request_shows_what_would_still_block_it(
     other_content = text(other)
     assert "If approved now: 3 of 3 role/tool pair(s) still blocked" in other_content
     assert "<code>tool_approval</code>: The tool is awaiting approval." in other_content
+
+
+def test_a_decided_request_is_explained_as_things_stand(client, alice, charlie, world, committed):
+    _, beta, files = world
+    with committed():
+        team_services.team_member_set(actor="test", team=beta, user=charlie)
+        request = team_services.access_request_create(
+            actor=charlie, team=beta, server=files, justification="read the files"
+        )
+        team_services.access_request_deny(actor="admin", request=request, reason="no")
+    client.force_login(alice)
+
+    content = text(client.get(reverse("admin:teams_accessrequest_change", args=[request.pk])))
+
+    assert "Access it asked for, now: 6 of 6 role/tool pair(s) still blocked" in content
+    assert "<code>grant</code>: The team holds no grant" in content

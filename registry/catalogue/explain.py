@@ -48,7 +48,7 @@ from registry.servers.models import (
     Tool,
     ToolApproval,
 )
-from registry.teams.models import AccessRequest, Grant, Team, TeamRole
+from registry.teams.models import AccessRequest, AccessRequestState, Grant, Team, TeamRole
 
 # Rule names, in the order they are evaluated.
 RULE_GRANT = "grant"
@@ -595,20 +595,18 @@ def access_request_blockers(
     *, request: AccessRequest, at: datetime | None = None
 ) -> list[AccessExplanation]:
     """What would still stop each tool the request asks for if it were approved now: every
-    (role, tool) it covers, explained as if its grant existed (the grant rule then passes)."""
+    (role, tool) it covers, explained as if its grant existed (the grant rule then passes).
+    A request already decided or withdrawn is explained as things stand, without that grant."""
     now = at or timezone.now()
     team = request.team
-    hypothetical = Grant(
-        team=team,
-        server_id=request.server_id,
-        tool_id=request.tool_id,
-        role=request.role,
-        expires_at=request.wished_expires_at,
-        granted_by_label="(this request, if approved)",
-        granted_at=now,
+    grants = _grants(Q(team_id=team.pk), [request.server_id])
+    if request.state == AccessRequestState.PENDING:
+        grants.append(_hypothetical_grant(request, at=now))
+    tool_filter = (
+        Q(pk=request.tool_id)
+        if request.tool_id
+        else Q(server_id=request.server_id, removed_at__isnull=True)
     )
-    grants = [*_grants(Q(team_id=team.pk), [request.server_id]), hypothetical]
-    tool_filter = Q(pk=request.tool_id) if request.tool_id else Q(server_id=request.server_id)
     facts = _facts_for(_tools_with_facts(tool_filter))
     roles = [request.role] if request.role is not None else list(team.roles.order_by("name"))
     hide = settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY
@@ -625,6 +623,19 @@ def access_request_blockers(
         for role in roles
         for tool_facts in facts
     ]
+
+
+def _hypothetical_grant(request: AccessRequest, *, at: datetime) -> Grant:
+    """The grant approving the request would create (never saved)."""
+    return Grant(
+        team=request.team,
+        server_id=request.server_id,
+        tool_id=request.tool_id,
+        role=request.role,
+        expires_at=request.wished_expires_at,
+        granted_by_label="(this request, if approved)",
+        granted_at=at,
+    )
 
 
 def tool_for_agent_name(*, team: Team, name: str, at: datetime | None = None) -> Tool | None:
