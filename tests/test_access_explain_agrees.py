@@ -4,7 +4,8 @@ permission classes; admin overrides of a tool's class; server states; approvals,
 pulls and removals; health and the hide setting; gateway modes; open circuits; a conversation
 that read private data), and for every (team, role, tool), the explanation's catalogue verdict
 equals membership in `catalogue_for_agent`, and its call verdict and code equal what the gateway's
-`call_check` decides."""
+`call_check` decides; and the bulk forms (`team_access_report`, `tool_access_overview`) say the
+same."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ from django.utils import timezone
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from registry.catalogue.explain import access_explain
+from registry.catalogue.explain import (
+    RULE_RATCHET,
+    AccessExplanation,
+    access_explain,
+    team_access_report,
+    tool_access_overview,
+)
 from registry.catalogue.selectors import catalogue_for_agent
 from registry.gateway import calls as checks
 from registry.gateway.calls import call_check, conversation_mark_private_data
@@ -179,6 +186,10 @@ def build_world(world: dict[str, Any]) -> dict[str, Any]:
     return teams
 
 
+def without_ratchet(explanation: AccessExplanation) -> tuple[tuple[str, bool], ...]:
+    return tuple((r.rule, r.passed) for r in explanation.rules if r.rule != RULE_RATCHET)
+
+
 @settings(
     max_examples=60,
     deadline=None,
@@ -193,11 +204,15 @@ def test_the_explanation_agrees_with_the_catalogue_and_the_call_check(world, loc
         teams = build_world(world)
         tools = list(Tool.objects.select_related("server"))
         codes: set[str] = set()
+        in_catalogues: set[tuple[int, int]] = set()  # (role, tool)
+        # (role, tool): which rules pass, but the ratchet (the bulk forms take no conversation)
+        outcomes: dict[tuple[int, int], tuple[tuple[str, bool], ...]] = {}
         for team in teams.values():
             for role in team.roles.all():
                 catalogue = {
                     t.tool_id for t in catalogue_for_agent(team_id=team.pk, role_id=role.pk).tools
                 }
+                in_catalogues |= {(role.pk, tool_id) for tool_id in catalogue}
                 token = services.agent_token_create(
                     actor="test", team=team, role=role, name=f"agent-{role.name}"
                 )
@@ -217,6 +232,20 @@ def test_the_explanation_agrees_with_the_catalogue_and_the_call_check(world, loc
                     assert explanation.callable == decision.allowed, where
                     assert explanation.code == decision.code, (where, decision.message)
                     codes.add(decision.code)
+                    outcomes[(role.pk, tool.pk)] = without_ratchet(explanation)
+        # The bulk forms (the admin's and the auditors') agree too.
+        reported = {
+            (explanation.role_id, explanation.tool_id)
+            for team in teams.values()
+            for explanation in team_access_report(team=team)
+        }
+        assert reported == in_catalogues
+        for tool in tools:
+            overview = {
+                (explanation.role_id, tool.pk): without_ratchet(explanation)
+                for explanation in tool_access_overview(tool=tool)
+            }
+            assert overview == {key: v for key, v in outcomes.items() if key[1] == tool.pk}
         for code in codes:
             event(f"code {code}")
         transaction.set_rollback(True)

@@ -267,7 +267,7 @@ def _is_active(grant: Grant, at: datetime) -> bool:
 
 def _rule_grant(facts: _ToolFacts, role: TeamRole, grants: list[Grant], at: datetime) -> RuleResult:
     tool = facts.tool
-    covering = [g for g in grants if g.tool_id in (None, tool.pk)]
+    covering = [g for g in grants if g.server_id == tool.server_id and g.tool_id in (None, tool.pk)]
     applying = [g for g in covering if g.role_id in (None, role.pk) and _is_active(g, at)]
     other_roles = [g for g in covering if g.role_id not in (None, role.pk) and _is_active(g, at)]
     lapsed = [g for g in covering if g.role_id in (None, role.pk) and not _is_active(g, at)]
