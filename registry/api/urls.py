@@ -12,6 +12,7 @@ from registry.api.views.catalogue import (
     OfficialServerListView,
     PreflightView,
 )
+from registry.api.views.explain import ExplainView
 from registry.api.views.teams import (
     AccessRequestViewSet,
     AgentTokenViewSet,
@@ -32,6 +33,7 @@ api_v1 = [
     path("catalogue", CatalogueView.as_view(), name="catalogue"),
     path("catalogue/mcp.json", ClientConfigView.as_view(), name="catalogue-client-config"),
     path("catalogue/preflight", PreflightView.as_view(), name="catalogue-preflight"),
+    path("catalogue/explain", ExplainView.as_view(), name="catalogue-explain"),
     path("tools/<str:name>/call", ToolCallView.as_view(), name="tool-call"),
     *router.urls,
 ]

@@ -20,6 +20,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from registry.catalogue.explain import access_explain, tool_by_name
 from registry.core.admin_ids import object_id_or_404
 from registry.core.errors import ApplicationError
 from registry.teams import services
@@ -207,6 +208,45 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 .select_related("server", "tool", "role", "requested_by")[:200]
             )
         return super().change_view(request, object_id, form_url, context)
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path(
+                "<path:object_id>/why-not/",
+                self.admin_site.admin_view(self.why_not_view),
+                name="teams_team_why_not",
+            ),
+            *super().get_urls(),
+        ]
+
+    def why_not_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """ "Why not?": the team's access to one tool, by name, for each of its roles."""
+        team = self.get_object(request, object_id)
+        if team is None or not self.has_view_permission(request, team):
+            raise PermissionDenied
+        name = request.GET.get("tool", "").strip()[:200]
+        tool = tool_by_name(name=name) if name else None
+        explanations = (
+            [
+                access_explain(team=team, role=role, tool=tool)
+                for role in team.roles.order_by("name")
+            ]
+            if tool is not None
+            else []
+        )
+        return TemplateResponse(
+            request,
+            "admin/catalogue/team_explain.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": f"Why not? Access of {team}",
+                "team": team,
+                "name": name,
+                "error": f"No tool is named '{name}'." if name and tool is None else "",
+                "explanations": explanations,
+            },
+        )
 
 
 def _try(request: HttpRequest, call: Any) -> None:

@@ -1,0 +1,115 @@
+"""`GET /api/v1/catalogue/explain?tool=NAME`: why the agent's team and role can (or cannot) use a
+tool, rule by rule, from `registry.catalogue.explain.access_explain`.
+
+An agent asks about its own team and role only (both come from its token; there is no parameter
+to name another). A name that is neither a tool of an approved server nor covered by one of the
+team's grants answers 404 exactly like a name that does not exist, so nothing about servers the
+team cannot browse, or about other teams' grants, leaks through it.
+"""
+
+from __future__ import annotations
+
+from django.http import JsonResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import AuthenticationFailed, NotFound
+from rest_framework.request import Request
+
+from registry.api.authentication import INVALID_TOKEN_MESSAGE
+from registry.api.views.catalogue import ERROR_RESPONSES, AgentView
+from registry.api.views.tools import CONVERSATION_HEADER
+from registry.catalogue.explain import RULES, access_explain, tool_for_agent_name
+from registry.gateway.calls import rest_conversation_key
+from registry.teams.models import TeamRole
+from registry.teams.tokens import token_mark_used
+
+
+class ExplainQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    tool = serializers.CharField(
+        max_length=200, help_text="The tool's catalogue name (`<server>__<tool>`)."
+    )
+
+
+class RuleResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    rule = serializers.ChoiceField(choices=RULES)
+    passed = serializers.BooleanField()
+    at_call_time = serializers.BooleanField(
+        help_text="A rule the gateway adds at call time (the catalogue does not apply it)."
+    )
+    code = serializers.CharField(help_text="The call check's refusal code when it fails.")
+    reason = serializers.CharField()
+    facts = serializers.DictField()
+
+
+class AccessExplanationSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField()
+    team = serializers.CharField()
+    role = serializers.CharField()
+    server = serializers.CharField()
+    tool = serializers.CharField()
+    at = serializers.DateTimeField()
+    verdict = serializers.ChoiceField(
+        choices=["callable", "in catalogue, refused at call time", "not available"]
+    )
+    in_catalogue = serializers.BooleanField()
+    callable = serializers.BooleanField()
+    code = serializers.CharField()
+    first_failing_rule = serializers.CharField(allow_null=True)
+    rules = RuleResultSerializer(many=True)
+
+
+class ExplainView(AgentView):
+    @extend_schema(
+        operation_id="catalogue_explain",
+        summary="Why the agent can (or cannot) use a tool",
+        description="The verdict (in the catalogue, callable) and, for every rule in the order "
+        "the gateway applies them, whether it passes and the facts behind it: the team's grants "
+        "(scope, role, expiry, who granted, the access request), the server's review status, "
+        "the tool's approval (hash, approver, note, findings acknowledged) and whether the "
+        "current definition is still the approved one, the role's permission classes against "
+        "the tool's, health, the gateway mode, the circuit and the private-data ratchet (for the "
+        "conversation named in `Mcp-Conversation-Id`). Only the agent's own team and role.",
+        parameters=[
+            ExplainQuerySerializer,
+            OpenApiParameter(
+                CONVERSATION_HEADER,
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="The conversation whose private-data ratchet to check.",
+            ),
+        ],
+        responses={
+            200: AccessExplanationSerializer,
+            404: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="No such tool for this team (error format)."
+            ),
+            **ERROR_RESPONSES,
+        },
+        tags=["catalogue"],
+    )
+    def get(self, request: Request) -> JsonResponse:
+        query = ExplainQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        name: str = query.validated_data["tool"]
+        identity = self.identity()
+        role = (
+            TeamRole.objects.select_related("team")
+            .filter(pk=identity.role_id, team_id=identity.team_id)
+            .first()
+        )
+        if role is None:  # the token's role or team is gone
+            raise AuthenticationFailed(INVALID_TOKEN_MESSAGE)
+        tool = tool_for_agent_name(team=role.team, name=name)
+        if tool is None:
+            raise NotFound(f"No tool named '{name}' is available to this team.")
+        conversation = rest_conversation_key(
+            token_id=identity.token_id, conversation=request.headers.get(CONVERSATION_HEADER, "")
+        )
+        explanation = access_explain(
+            team=role.team, role=role, tool=tool, conversation=conversation
+        )
+        token_mark_used(identity, may_write_database=True)
+        response = JsonResponse(explanation.as_dict())
+        response["Cache-Control"] = "private, no-store"
+        return response
