@@ -15,7 +15,8 @@ pytestmark = pytest.mark.django_db
 
 # Measured: session and user, the server (twice: the page and the admin form), its status, the
 # tools page and its count, the waiting count, resources, prompts, discoveries, health, uptime,
-# audit, the form's choices, the gateway policy. What matters is that it does not grow with the tools.
+# audit, the form's choices, the gateway policy. What matters is that it does not grow with the
+# tools.
 SERVER_PAGE_QUERIES = 18
 
 
