@@ -54,6 +54,7 @@ def quickstart_processes(*, port: int) -> list[ChildSpec]:
     """
     web = [PYTHON, "-m", "uvicorn", "registry.asgi:application"]
     web += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    web += ["--http", "registry.core.http_protocol:NoDelayHTTPProtocol"]  # TCP_NODELAY, always
     celery = [PYTHON, "-m", "celery", "-A", "workers", "--quiet"]
     worker = [
         *celery,
