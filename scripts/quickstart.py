@@ -56,6 +56,7 @@ def quickstart_processes(*, port: int) -> list[ChildSpec]:
     """
     web = [PYTHON, "-m", "uvicorn", "registry.asgi:application"]
     web += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    web += ["--http", "registry.core.http_protocol:NoDelayHTTPProtocol"]  # TCP_NODELAY, always
     # The gateway (docs/gateway.md): its own ASGI process on the next port.
     gateway = [PYTHON, "-m", "uvicorn", "workers.gateway.asgi:application"]
     gateway += ["--host", "127.0.0.1", "--port", str(port + 1), "--log-level", "warning"]

@@ -1,18 +1,31 @@
-"""The catalogue benchmark: requests/s and p50/p95 of uncached, cached and 304 answers.
+"""The catalogue benchmark: req/s, p50/p95 and CPU per request of uncached, cached and 304 answers.
 
-For each registry size (10, 100, 1,000 servers x 20 tools; 100 teams each granted 10 servers)
-it recreates a PostgreSQL database of its own, seeds it, and serves Toolroom with uvicorn (two
-worker processes) on 127.0.0.1, Redis as the cache; `wrk` (Debian's package) loads it over
-loopback for a bounded time:
+For each catalogue size (20 and 1,000 tools in one answer: N/20 approved servers x 20 tools, one
+team granted all of them) it recreates a PostgreSQL database of its own, seeds it
+(`seed.py --servers N/20 --teams 1 --grants-per-team N/20`), and serves Toolroom with uvicorn on
+127.0.0.1 with one and with two worker processes, Redis as the cache; `wrk` (Debian's package)
+loads it over loopback for a bounded time:
 
 - uncached: the server runs with TOOLROOM_CATALOGUE_CACHE_SECONDS=0, every answer is built;
-- cached:   the rendered catalogue comes from Redis (warmed once per team);
+- cached:   the rendered catalogue comes from Redis (warmed once);
 - 304:      the agent sends the ETag it holds.
 
-Then it prints the table and the ratios against the targets: 304 p95 <= 0.2x uncached p95,
-cached throughput >= 5x uncached, uncached p95 at 1,000 servers <= 1.5x the p95 at 10.
+CPU per request is the CPU time uvicorn's processes used during a run divided by its requests (the
+database's and Redis's own CPU are not in it).
 
-    .venv/bin/python bench/catalogue/run.py [--sizes 10 100 1000] [--seconds 10] [--repeat 3]
+With `--base DIR` (another checkout of Toolroom with its own .venv, e.g. `git worktree add
+/work/wt/base <commit>`) the same runs are made against that code side by side: both servers run
+at once, each on its own database and cache prefix, and every run of one is followed by the same
+run of the other, so both see the same disturbances of a shared machine. Then it prints the
+ratios against the targets of issue 16: uncached req/s >= 3x the base's at 20 and at 1,000 tools,
+p95 of uncached 1,000-tool answers <= 300 ms (two workers, 16 connections).
+
+The stall check (always made): cached 20-tool answers over one connection must take about as long
+with two workers as with one; Nagle's algorithm left on made them a flat 40 ms or more
+(docs/benchmarks.md, "The 40 ms stall").
+
+    .venv/bin/python bench/catalogue/run.py [--tools 20 1000] [--workers 1 2] [--seconds 5]
+                                            [--repeat 3] [--connections 16] [--base DIR]
                                             [--no-fast-path]
 
 Needs: PostgreSQL on 127.0.0.1:5432 (user postgres), Redis on 127.0.0.1:6379, `wrk`.
@@ -31,7 +44,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,75 +54,100 @@ import redis
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-PYTHON = sys.executable
 HOST = "127.0.0.1"
-PORT = 18431
-DATABASE = "toolroom_catalogue_bench"
-DATABASE_URL = f"postgres://postgres@127.0.0.1:5432/{DATABASE}"
 REDIS_URL = "redis://127.0.0.1:6379/13"
-CACHE_PREFIX = "bench-catalogue"
 PATH = "/api/v1/catalogue"
 RESULT = re.compile(r"^RESULT (\{.*\})$", re.MULTILINE)
-
+TOOLS_PER_SERVER = 20
+PROTOCOL_MODULE = Path("registry/core/http_protocol.py")
+PROTOCOL = "registry.core.http_protocol:NoDelayHTTPProtocol"
+ANSWERS = ("uncached", "cached", "304")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 FAST_PATH = {"on": "true"}
 
 
-def environment(data_dir: str, cache_seconds: int) -> dict[str, str]:
+@dataclass
+class Code:
+    """One checkout of Toolroom under test: its python, its database, its cache prefix, its port."""
+
+    label: str
+    root: Path
+    port: int
+    database: str
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def python(self) -> str:
+        return (
+            str(self.root / ".venv" / "bin" / "python") if self.label == "base" else sys.executable
+        )
+
+    @property
+    def database_url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:5432/{self.database}"
+
+    @property
+    def cache_prefix(self) -> str:
+        return f"bench-catalogue-{self.label}"
+
+
+def environment(code: Code, data_dir: str, cache_seconds: int) -> dict[str, str]:
     return {
         "TOOLROOM_CATALOGUE_FAST_PATH": FAST_PATH["on"],
         **os.environ,
         "TOOLROOM_PROFILE": "quickstart",
         "TOOLROOM_DATA_DIR": data_dir,
         "DJANGO_SETTINGS_MODULE": "registry.settings",
-        "DATABASE_URL": DATABASE_URL,
+        "DATABASE_URL": code.database_url,
         "REDIS_URL": REDIS_URL,
-        "TOOLROOM_CACHE_PREFIX": CACHE_PREFIX,
+        "TOOLROOM_CACHE_PREFIX": code.cache_prefix,
         "TOOLROOM_CATALOGUE_CACHE_SECONDS": str(cache_seconds),
-        # Under ASGI Django runs each request's sync code in a thread of its own, so a persistent
-        # connection (CONN_MAX_AGE > 0) would be left open per request until PostgreSQL refuses
-        # more clients: every request opens and closes its connection.
-        "DATABASE_CONN_MAX_AGE": "0",
         "LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(code.root),
     }
 
 
-def psql(sql: str) -> None:
+def psql(sql: str, database: str = "postgres") -> None:
     subprocess.run(
-        ["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", sql],
+        ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", database, "-q", "-c", sql],
         check=True,
         capture_output=True,
     )
 
 
-def flush_cache() -> None:
+def flush_cache(code: Code) -> None:
     client = redis.Redis.from_url(REDIS_URL)
-    for key in client.scan_iter(f"{CACHE_PREFIX}:*", count=1000):
+    for key in client.scan_iter(f"{code.cache_prefix}:*", count=1000):
         client.delete(key)
 
 
-def prepare(servers: int, data_dir: str) -> dict[str, str]:
-    psql(f"DROP DATABASE IF EXISTS {DATABASE}")
-    psql(f"CREATE DATABASE {DATABASE}")
-    env = environment(data_dir, 0)
-    subprocess.run([PYTHON, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+def prepare(code: Code, servers: int, data_dir: str) -> None:
+    psql(f"DROP DATABASE IF EXISTS {code.database}")
+    psql(f"CREATE DATABASE {code.database}")
+    env = environment(code, data_dir, 0)
+    subprocess.run(
+        [code.python, "manage.py", "migrate", "-v", "0"], cwd=code.root, env=env, check=True
+    )
     seeded = subprocess.run(
-        [PYTHON, str(HERE / "seed.py"), "--servers", str(servers)],
-        cwd=ROOT,
+        [
+            code.python,
+            str(code.root / "bench" / "catalogue" / "seed.py"),
+            *("--servers", str(servers), "--teams", "1", "--grants-per-team", str(servers)),
+        ],
+        cwd=code.root,
         env=env,
         check=True,
         capture_output=True,
         text=True,
     )
-    psql("VACUUM ANALYZE")  # fresh statistics for the planner
-    flush_cache()
-    tokens: dict[str, str] = json.loads(seeded.stdout)
-    return tokens
+    psql("VACUUM ANALYZE", code.database)  # fresh statistics for the planner
+    flush_cache(code)
+    code.tokens = json.loads(seeded.stdout)
 
 
-def fetch(token: str, etag: str | None = None) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(f"http://{HOST}:{PORT}{PATH}")
+def fetch(port: int, token: str, etag: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(f"http://{HOST}:{port}{PATH}")
     request.add_header("Authorization", f"Bearer {token}")
     if etag:
         request.add_header("If-None-Match", etag)
@@ -119,46 +159,56 @@ def fetch(token: str, etag: str | None = None) -> tuple[int, dict[str, str], byt
         return exc.code, {name.lower(): value for name, value in exc.headers.items()}, exc.read()
 
 
+def cpu_seconds(group: int) -> float:
+    """CPU time (user + system) used so far by the live processes of a process group."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group:  # pgrp
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / CLOCK_TICKS
+
+
 @contextmanager
-def serving(data_dir: str, cache_seconds: int, probe_token: str) -> Any:
+def serving(code: Code, data_dir: str, *, cache_seconds: int, workers: int) -> Iterator[int]:
+    """uvicorn serving `code`; yields its process group."""
+    http = ["--http", PROTOCOL] if (code.root / PROTOCOL_MODULE).exists() else []
     process = subprocess.Popen(
         [
-            PYTHON,
-            "-m",
-            "uvicorn",
-            "registry.asgi:application",
-            "--host",
-            HOST,
-            "--port",
-            str(PORT),
-            "--workers",
-            "2",
-            "--no-access-log",
-            "--log-level",
-            "warning",
+            code.python,
+            *("-m", "uvicorn", "registry.asgi:application"),
+            *("--host", HOST, "--port", str(code.port), "--workers", str(workers)),
+            *("--no-access-log", "--log-level", "warning", *http),
         ],
-        cwd=ROOT,
-        env=environment(data_dir, cache_seconds),
+        cwd=code.root,
+        env=environment(code, data_dir, cache_seconds),
         start_new_session=True,
     )
+    probe = next(iter(code.tokens.values()))
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while True:
             try:
-                if fetch(probe_token)[0] == 200:
+                if fetch(code.port, probe)[0] == 200:
                     break
             except OSError:
                 pass
             if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("uvicorn did not come up")
+                raise RuntimeError(f"uvicorn ({code.label}) did not come up")
             time.sleep(0.3)
-        yield process
+        yield process.pid
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)
 
 
-def load(tokens_file: Path, *, etag: bool, seconds: int, connections: int) -> dict[str, Any]:
+def load(
+    port: int, group: int, tokens_file: Path, *, etag: bool, seconds: int, connections: int
+) -> dict[str, Any]:
+    cpu_before = cpu_seconds(group)
     output = subprocess.run(
         [
             "wrk",
@@ -169,7 +219,7 @@ def load(tokens_file: Path, *, etag: bool, seconds: int, connections: int) -> di
             "10s",
             "-s",
             str(HERE / "load.lua"),
-            f"http://{HOST}:{PORT}",
+            f"http://{HOST}:{port}",
         ],
         env={
             **os.environ,
@@ -182,6 +232,7 @@ def load(tokens_file: Path, *, etag: bool, seconds: int, connections: int) -> di
         text=True,
         timeout=seconds + 60,
     ).stdout
+    cpu = cpu_seconds(group) - cpu_before
     match = RESULT.search(output)
     if match is None:
         raise RuntimeError(f"wrk printed no result:\n{output}")
@@ -189,6 +240,7 @@ def load(tokens_file: Path, *, etag: bool, seconds: int, connections: int) -> di
     if result["status_errors"] or result["socket_errors"]:
         raise RuntimeError(f"errors under load: {result}")
     result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
+    result["cpu_ms"] = cpu * 1000 / max(result["requests"], 1)
     return result
 
 
@@ -200,98 +252,190 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return chosen
 
 
-def measure(
-    servers: int, *, seconds: int, connections: int, repeat: int
-) -> dict[str, dict[str, Any]]:
-    with tempfile.TemporaryDirectory(prefix="toolroom-bench-") as data_dir:
-        tokens = prepare(servers, data_dir)
-        probe = next(iter(tokens.values()))
-        tokens_file = Path(data_dir) / "tokens.txt"
-        results: dict[str, dict[str, Any]] = {}
+Results = dict[tuple[str, int, int, str], dict[str, Any]]  # (code, tools, workers, answer)
 
-        with serving(data_dir, 0, probe):
-            status, headers, body = fetch(probe)
-            assert status == 200
-            assert headers["x-toolroom-cache"] == "miss"
-            tools = len(json.loads(body)["tools"])
-            tokens_file.write_text("".join(f"{token} -\n" for token in tokens.values()))
-            results["uncached"] = median_run(
-                [
-                    load(tokens_file, etag=False, seconds=seconds, connections=connections)
-                    for _ in range(repeat)
-                ]
-            )
-        flush_cache()
-        with serving(data_dir, 3600, probe):
-            etags = {}
-            for token in tokens.values():  # warm: one build per team
-                status, headers, _ = fetch(token)
-                assert status == 200
-                etags[token] = headers["etag"]
-            status, headers, _ = fetch(probe)
-            assert headers["x-toolroom-cache"] == "hit"
-            assert fetch(probe, etags[probe])[0] == 304
-            tokens_file.write_text("".join(f"{t} {e}\n" for t, e in etags.items()))
-            cached, not_modified = [], []
-            for _ in range(repeat):  # interleaved, so both see the same disturbances
-                cached.append(
-                    load(tokens_file, etag=False, seconds=seconds, connections=connections)
-                )
-                not_modified.append(
-                    load(tokens_file, etag=True, seconds=seconds, connections=connections)
-                )
-            results["cached"] = median_run(cached)
-            results["304"] = median_run(not_modified)
-        for result in results.values():
-            result["tools"] = tools
-        flush_cache()
-        return results
+
+def measure(
+    codes: list[Code],
+    tools: int,
+    *,
+    workers: list[int],
+    seconds: int,
+    connections: int,
+    repeat: int,
+    results: Results,
+) -> None:
+    servers = max(1, tools // TOOLS_PER_SERVER)
+    with tempfile.TemporaryDirectory(prefix="toolroom-bench-") as data_dir:
+        for code in codes:
+            print(f"seeding {tools} tools for {code.label} ...", file=sys.stderr)
+            prepare(code, servers, data_dir)
+        tokens_files = {code.label: Path(data_dir) / f"tokens-{code.label}.txt" for code in codes}
+        for count in workers:
+            print(f"measuring {tools} tools, {count} worker(s) ...", file=sys.stderr)
+            with ExitStack() as stack:  # uncached: both codes serve at once, runs alternate
+                groups = {
+                    code.label: stack.enter_context(
+                        serving(code, data_dir, cache_seconds=0, workers=count)
+                    )
+                    for code in codes
+                }
+                runs: dict[str, list[dict[str, Any]]] = {code.label: [] for code in codes}
+                for code in codes:
+                    status, headers, body = fetch(code.port, next(iter(code.tokens.values())))
+                    assert status == 200
+                    assert headers["x-toolroom-cache"] == "miss"
+                    assert len(json.loads(body)["tools"]) == tools, code.label
+                    tokens_files[code.label].write_text(
+                        "".join(f"{token} -\n" for token in code.tokens.values())
+                    )
+                for _ in range(repeat):
+                    for code in codes:
+                        runs[code.label].append(
+                            load(
+                                code.port,
+                                groups[code.label],
+                                tokens_files[code.label],
+                                etag=False,
+                                seconds=seconds,
+                                connections=connections,
+                            )
+                        )
+                for code in codes:
+                    results[(code.label, tools, count, "uncached")] = median_run(runs[code.label])
+            for code in codes:
+                flush_cache(code)
+            with ExitStack() as stack:
+                groups = {
+                    code.label: stack.enter_context(
+                        serving(code, data_dir, cache_seconds=3600, workers=count)
+                    )
+                    for code in codes
+                }
+                for code in codes:
+                    lines = []
+                    for token in code.tokens.values():  # warm: one build per team
+                        status, headers, _ = fetch(code.port, token)
+                        assert status == 200
+                        lines.append(f"{token} {headers['etag']}\n")
+                        assert fetch(code.port, token)[1]["x-toolroom-cache"] == "hit"
+                        assert fetch(code.port, token, headers["etag"])[0] == 304
+                    tokens_files[code.label].write_text("".join(lines))
+                cached: dict[str, list[dict[str, Any]]] = {code.label: [] for code in codes}
+                not_modified: dict[str, list[dict[str, Any]]] = {code.label: [] for code in codes}
+                single: dict[str, list[dict[str, Any]]] = {code.label: [] for code in codes}
+                for _ in range(repeat):  # interleaved, so all see the same disturbances
+                    for code in codes:
+                        port, group, file = code.port, groups[code.label], tokens_files[code.label]
+                        cached[code.label].append(
+                            load(
+                                port,
+                                group,
+                                file,
+                                etag=False,
+                                seconds=seconds,
+                                connections=connections,
+                            )
+                        )
+                        not_modified[code.label].append(
+                            load(
+                                port,
+                                group,
+                                file,
+                                etag=True,
+                                seconds=seconds,
+                                connections=connections,
+                            )
+                        )
+                        if tools == min(TOOLS_PER_SERVER, tools):  # the stall check: one agent
+                            single[code.label].append(
+                                load(port, group, file, etag=False, seconds=seconds, connections=1)
+                            )
+                for code in codes:
+                    results[(code.label, tools, count, "cached")] = median_run(cached[code.label])
+                    results[(code.label, tools, count, "304")] = median_run(
+                        not_modified[code.label]
+                    )
+                    if single[code.label]:
+                        results[(code.label, tools, count, "cached c1")] = median_run(
+                            single[code.label]
+                        )
+            for code in codes:
+                flush_cache(code)
+        for code in codes:
+            psql(f"DROP DATABASE IF EXISTS {code.database}")
 
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
-def report(all_results: dict[int, dict[str, dict[str, Any]]]) -> str:
+def report(results: Results, codes: list[Code], connections: int) -> str:
+    labels = [code.label for code in codes]
     lines = [
-        "| servers | tools/agent | answer   |  req/s | p50 ms | p95 ms |",
-        "|--------:|------------:|----------|-------:|-------:|-------:|",
+        "| tools | workers | answer    | code |  req/s | p50 ms | p95 ms | CPU ms/req |",
+        "|------:|--------:|-----------|------|-------:|-------:|-------:|-----------:|",
     ]
-    for servers, results in all_results.items():
-        for name in ("uncached", "cached", "304"):
-            r = results[name]
-            lines.append(
-                f"| {servers:>7} | {r['tools']:>11} | {name:<8} | {r['rps']:>6.0f} "
-                f"| {r['p50_us'] / 1000:>6.2f} | {r['p95_us'] / 1000:>6.2f} |"
-            )
-    lines.append("")
-    lines.append("| servers | 304 p95 / uncached p95 (<= 0.2) | cached / uncached req/s (>= 5) |")
-    lines.append("|--------:|--------------------------------:|-------------------------------:|")
-    for servers, results in all_results.items():
-        p95_ratio = results["304"]["p95_us"] / results["uncached"]["p95_us"]
-        rps_ratio = results["cached"]["rps"] / results["uncached"]["rps"]
+    for (label, tools, workers, answer), r in sorted(
+        results.items(), key=lambda item: (item[0][1], item[0][2], item[0][3], item[0][0])
+    ):
         lines.append(
-            f"| {servers:>7} | {p95_ratio:>24.3f} {verdict(p95_ratio <= 0.2):>6} "
-            f"| {rps_ratio:>23.1f} {verdict(rps_ratio >= 5):>6} |"
+            f"| {tools:>5} | {workers:>7} | {answer:<9} | {label:<4} | {r['rps']:>6.0f} "
+            f"| {r['p50_us'] / 1000:>6.2f} | {r['p95_us'] / 1000:>6.2f} | {r['cpu_ms']:>10.2f} |"
         )
-    sizes = sorted(all_results)
-    if len(sizes) > 1:
-        small, large = sizes[0], sizes[-1]
-        growth = all_results[large]["uncached"]["p95_us"] / all_results[small]["uncached"]["p95_us"]
+    lines.append("")
+    for label in labels:  # the stall: one agent, cached 20 tools, two workers against one
+        one, two = (
+            results.get((label, TOOLS_PER_SERVER, 1, "cached c1")),
+            results.get((label, TOOLS_PER_SERVER, 2, "cached c1")),
+        )
+        if one and two:
+            p50_one, p50_two = one["p50_us"] / 1000, two["p50_us"] / 1000
+            ok = p50_two < 30 and p50_two <= 2 * p50_one + 5
+            lines.append(
+                f"stall check ({label}): cached 20 tools over one connection, p50 with two "
+                f"workers {p50_two:.2f} ms, with one {p50_one:.2f} ms "
+                f"(two < 30 ms and <= 2x one + 5 ms: {'no stall' if ok else 'STALL'})"
+            )
+    if "base" in labels:
         lines.append("")
         lines.append(
-            f"uncached p95 at {large} servers / at {small} servers: {growth:.2f} "
-            f"(<= 1.5: {verdict(growth <= 1.5)})"
+            "| tools | workers | uncached req/s new / base (>= 3) | CPU ms/req base -> new |"
         )
+        lines.append(
+            "|------:|--------:|---------------------------------:|-----------------------:|"
+        )
+        for (label, tools, workers, answer), new in sorted(results.items()):
+            if label != "new" or answer != "uncached":
+                continue
+            base = results[("base", tools, workers, answer)]
+            ratio = new["rps"] / base["rps"]
+            lines.append(
+                f"| {tools:>5} | {workers:>7} | {ratio:>25.2f} {verdict(ratio >= 3):>6} "
+                f"| {base['cpu_ms']:>8.2f} -> {new['cpu_ms']:>8.2f} |"
+            )
+    for (label, tools, workers, answer), r in sorted(results.items()):
+        if label == "new" and tools >= 1000 and workers == 2 and answer == "uncached":
+            p95 = r["p95_us"] / 1000
+            lines.append(
+                f"\nuncached p95 at {tools} tools, two workers, {connections} connections: "
+                f"{p95:.0f} ms (<= 300: {verdict(p95 <= 300)})"
+            )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--seconds", type=int, default=10, choices=range(2, 61))
-    parser.add_argument("--connections", type=int, default=8, choices=range(1, 65))
+    parser.add_argument("--tools", type=int, nargs="+", default=[20, 1000])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], choices=range(1, 9))
+    parser.add_argument("--seconds", type=int, default=5, choices=range(2, 61))
+    parser.add_argument("--connections", type=int, default=16, choices=range(1, 65))
     parser.add_argument("--repeat", type=int, default=3, choices=range(1, 6))
+    parser.add_argument(
+        "--base",
+        type=Path,
+        help="Another checkout (with its .venv) to measure side by side, e.g. the code before.",
+    )
     parser.add_argument(
         "--no-fast-path",
         action="store_true",
@@ -299,21 +443,33 @@ def main() -> None:
     )
     args = parser.parse_args()
     FAST_PATH["on"] = "false" if args.no_fast_path else "true"
-    all_results = {}
+    codes = [Code("new", ROOT, 18431, "toolroom_catalogue_bench")]
+    if args.base is not None:
+        base = args.base.resolve()
+        if not (base / ".venv" / "bin" / "python").exists():
+            parser.error(f"{base} has no .venv/bin/python")
+        codes.insert(0, Code("base", base, 18432, "toolroom_catalogue_bench_base"))
+    results: Results = {}
     load_before = os.getloadavg()
-    for servers in args.sizes:
-        print(f"measuring {servers} servers ...", file=sys.stderr)
-        all_results[servers] = measure(
-            servers, seconds=args.seconds, connections=args.connections, repeat=args.repeat
+    started = time.monotonic()
+    for tools in args.tools:
+        measure(
+            codes,
+            tools,
+            workers=args.workers,
+            seconds=args.seconds,
+            connections=args.connections,
+            repeat=args.repeat,
+            results=results,
         )
-    print(report(all_results))
+    print(report(results, codes, args.connections))
     print(
         f"\nfast path {'off' if args.no_fast_path else 'on'}; "
-        f"wrk -t1 -c{args.connections}, {args.seconds} s per run, median of {args.repeat} runs; "
-        f"{os.cpu_count()} cores; load average before {load_before[0]:.2f}, "
-        f"after {os.getloadavg()[0]:.2f}"
+        f"wrk -t1 -c{args.connections}, {args.seconds} s per run, median of {args.repeat} runs"
+        f"{', base and new interleaved' if args.base else ''}; {os.cpu_count()} cores; "
+        f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
+        f"{time.monotonic() - started:.0f} s"
     )
-    psql(f"DROP DATABASE IF EXISTS {DATABASE}")
 
 
 if __name__ == "__main__":

@@ -70,7 +70,8 @@ def catalogue_etag(*, identity: AgentIdentity, state: CatalogueState, variant: s
 
 
 def catalogue_document(*, etag: str, build: Callable[[], Any]) -> CatalogueDocument:
-    """The document for `etag`, from the cache or built (and cached) now."""
+    """The document for `etag`, from the cache or built (and cached) now; `build` gives it as
+    JSON-ready data or already encoded (bytes)."""
     ttl = settings.TOOLROOM_CATALOGUE_CACHE_SECONDS
     key = document_key(etag)
     cache = catalogue_cache() if ttl > 0 else None
@@ -78,7 +79,12 @@ def catalogue_document(*, etag: str, build: Callable[[], Any]) -> CatalogueDocum
         body = cache.get(key)
         if body is not None:
             return CatalogueDocument(etag=etag, body=body, from_cache=True)
-    body = json.dumps(build(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    built = build()
+    body = (
+        built
+        if isinstance(built, bytes)
+        else json.dumps(built, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    )
     if cache is not None:
         cache.set(key, body, ttl)
     return CatalogueDocument(etag=etag, body=body, from_cache=False)

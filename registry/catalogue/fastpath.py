@@ -1,13 +1,16 @@
-"""An ASGI fast path for the catalogue answers the cache already holds: 304s and cached documents.
+"""An ASGI fast path for the catalogue: 304s, cached documents, and documents built in one thread.
 
 Under ASGI Django gives every request a thread of its own and hops between the event loop and
 threads around its middleware; for an answer made of two or three Redis reads that costs several
 times the answer itself. This wrapper answers `GET /api/v1/catalogue` in the event loop when, and
 only when, everything is in Redis and good: the token's cached lookup passes the very same check
 (`identity_from_entry`), the team's state is cached and not past its expiry, the parameters are
-plain, and either the agent's ETag is current (304) or the document is cached (200). Anything else
-(no or bad token, a revoked or expired one, a cold cache, odd parameters, another host) goes to
-Django unchanged, which answers as always; the fast path never answers an error.
+plain, and either the agent's ETag is current (304) or the document is cached (200). When only the
+document is missing (a new version, or the document cache turned off), it is built the way the view
+builds it, in one worker thread without Django's middleware and DRF (registry.catalogue.fastbuild).
+Anything else (no or bad token, a revoked or expired one, a cold cache, odd parameters, another
+host, a failed build) goes to Django unchanged, which answers as always; the fast path never
+answers an error.
 
 It reads only under a cache epoch this process confirmed within TOOLROOM_CACHE_REVALIDATE_SECONDS
 (it never queries the database itself: an unconfirmed epoch sends the request to Django, which
@@ -44,9 +47,12 @@ from registry.catalogue.documents import (
     etag_matches,
     tools_variant,
 )
+from registry.catalogue.fastbuild import BuildFailed, catalogue_build_in_thread
 from registry.catalogue.formats import TOOL_FORMATS
 from registry.catalogue.versions import CatalogueState, state_key
+from registry.core.request_ids import request_id_for
 from registry.teams.tokens import (
+    AgentIdentity,
     TokenRejected,
     identity_from_entry,
     last_use_due,
@@ -152,18 +158,31 @@ class CatalogueFastPath:
             variant=tools_variant(fmt=fmt, category=category, identity=identity),
         )
         if etag_matches(headers.get("if-none-match", b"").decode("latin-1"), etag):
-            status, body, extra = 304, b"", []
+            status, body = 304, b""
+            extra: list[tuple[bytes, bytes]] = []
         else:
-            if settings.TOOLROOM_CATALOGUE_CACHE_SECONDS <= 0:
-                raise _NotHere
-            body = _unpickle(await client.get(backend.make_and_validate_key(document_key(etag))))
-            if not isinstance(body, bytes) or not cache.intact():
-                raise _NotHere
-            status = 200
+            body = None
+            if settings.TOOLROOM_CATALOGUE_CACHE_SECONDS > 0:
+                body = _unpickle(
+                    await client.get(backend.make_and_validate_key(document_key(etag)))
+                )
+                if not cache.intact():
+                    raise _NotHere
+            status, origin, extra = 200, b"hit", []
+            if not isinstance(body, bytes):  # not cached: built in one thread, as Django would
+                body, origin, extra = await self._build(
+                    identity=identity,
+                    state=state,
+                    fmt=fmt,
+                    category=category,
+                    etag=etag,
+                    headers=headers,
+                )
             extra = [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"x-toolroom-cache", b"hit"),
+                (b"x-toolroom-cache", origin),
+                *extra,
             ]
         if last_use_due(identity.token_id, now):
             await client.set(
@@ -184,6 +203,35 @@ class CatalogueFastPath:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+    async def _build(
+        self,
+        *,
+        identity: AgentIdentity,
+        state: CatalogueState,
+        fmt: str,
+        category: str | None,
+        etag: str,
+        headers: dict[str, bytes],
+    ) -> tuple[bytes, bytes, list[tuple[bytes, bytes]]]:
+        """The document Django's view would build for this ETag (registry.catalogue.fastbuild),
+        and the headers its middleware would add to such an answer."""
+        request_id = request_id_for(headers.get("x-request-id", b"").decode("latin-1"))
+        try:
+            built = await catalogue_build_in_thread(
+                identity=identity,
+                state=state,
+                fmt=fmt,
+                category=category,
+                etag=etag,
+                request_id=request_id,
+            )
+        except BuildFailed as exc:
+            raise _NotHere from exc
+        extra = [(b"x-request-id", request_id.encode())]
+        if built.degraded:
+            extra.append((b"x-toolroom-degraded", b"cache"))  # as the view says it
+        return built.body, b"hit" if built.from_cache else b"miss", extra
 
     def _check_transport(self, scope: Scope, headers: dict[str, bytes]) -> None:
         """What Django would refuse or redirect (a host not allowed, plain HTTP where HTTPS is

@@ -47,7 +47,7 @@ def gateway_url(public_url: str) -> str:
     return settings.TOOLROOM_GATEWAY_URL or public_url.rstrip("/") + "/mcp/"
 
 
-def _server_native(server: CatalogueServer) -> dict[str, Any]:
+def server_entry_native(server: CatalogueServer) -> dict[str, Any]:
     return {
         "slug": server.slug,
         "name": server.name,
@@ -64,7 +64,7 @@ def _server_native(server: CatalogueServer) -> dict[str, Any]:
     }
 
 
-def _tool_native(tool: CatalogueTool) -> dict[str, Any]:
+def tool_entry_native(tool: CatalogueTool) -> dict[str, Any]:
     return {
         "name": tool.name,
         "server": tool.server_slug,
@@ -100,69 +100,69 @@ def render_native(
         "role": {"name": catalogue.role_name, "permissionClasses": catalogue.permission_classes},
         "version": version,
         "generatedAt": _iso(catalogue.generated_at),
-        "servers": [_server_native(server) for server in catalogue.servers],
-        "tools": [_tool_native(tool) for tool in catalogue.tools],
+        "servers": [server_entry_native(server) for server in catalogue.servers],
+        "tools": [tool_entry_native(tool) for tool in catalogue.tools],
     }
     if preflight is not None:
         document["preflight"] = preflight_data(preflight)
     return document
 
 
-def render_mcp(catalogue: Catalogue) -> dict[str, Any]:
-    """A `tools/list` result; `_meta` says which server and tool a name stands for."""
-    tools = []
-    for tool in catalogue.tools:
-        entry: dict[str, Any] = {
+def tool_entry_mcp(tool: CatalogueTool) -> dict[str, Any]:
+    """One tool of a `tools/list` result; `_meta` says which server and tool a name stands for."""
+    entry: dict[str, Any] = {
+        "name": tool.name,
+        "description": tool.description,
+        "inputSchema": _object_schema(tool.input_schema),
+    }
+    if tool.title:
+        entry["title"] = tool.title
+    if tool.output_schema:
+        entry["outputSchema"] = tool.output_schema
+    if tool.annotations:
+        entry["annotations"] = tool.annotations
+    entry["_meta"] = {
+        TOOLROOM_META: {
+            "server": tool.server_slug,
+            "tool": tool.tool_name,
+            "serverHealth": tool.server_health,
+        }
+    }
+    return entry
+
+
+def tool_entry_openai(tool: CatalogueTool) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
             "name": tool.name,
-            "description": tool.description,
-            "inputSchema": _object_schema(tool.input_schema),
-        }
-        if tool.title:
-            entry["title"] = tool.title
-        if tool.output_schema:
-            entry["outputSchema"] = tool.output_schema
-        if tool.annotations:
-            entry["annotations"] = tool.annotations
-        entry["_meta"] = {
-            TOOLROOM_META: {
-                "server": tool.server_slug,
-                "tool": tool.tool_name,
-                "serverHealth": tool.server_health,
-            }
-        }
-        tools.append(entry)
-    return {"tools": tools}
+            "description": _description(tool),
+            "parameters": _object_schema(tool.input_schema),
+        },
+    }
+
+
+def tool_entry_anthropic(tool: CatalogueTool) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "description": _description(tool),
+        "input_schema": _object_schema(tool.input_schema),
+    }
+
+
+def render_mcp(catalogue: Catalogue) -> dict[str, Any]:
+    """A `tools/list` result."""
+    return {"tools": [tool_entry_mcp(tool) for tool in catalogue.tools]}
 
 
 def render_openai(catalogue: Catalogue) -> dict[str, Any]:
     """Chat Completions function tools: pass `tools` as the request's `tools`."""
-    return {
-        "tools": [
-            {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": _description(tool),
-                    "parameters": _object_schema(tool.input_schema),
-                },
-            }
-            for tool in catalogue.tools
-        ]
-    }
+    return {"tools": [tool_entry_openai(tool) for tool in catalogue.tools]}
 
 
 def render_anthropic(catalogue: Catalogue) -> dict[str, Any]:
     """Messages API tool definitions: pass `tools` as the request's `tools`."""
-    return {
-        "tools": [
-            {
-                "name": tool.name,
-                "description": _description(tool),
-                "input_schema": _object_schema(tool.input_schema),
-            }
-            for tool in catalogue.tools
-        ]
-    }
+    return {"tools": [tool_entry_anthropic(tool) for tool in catalogue.tools]}
 
 
 def render_tools(

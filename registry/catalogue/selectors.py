@@ -141,10 +141,39 @@ def _latest(a: datetime | None, b: datetime | None, *, first: bool) -> datetime 
     return max(a, b)
 
 
-def catalogue_for_agent(
-    *, team_id: int, role_id: int, category: str | None = None, at: datetime | None = None
-) -> Catalogue:
-    """The tools a team's agent of this role sees now, namespaced and sorted by name."""
+@dataclass(frozen=True)
+class VisibleRows:
+    """What the visibility rule lets a team's agent of a role see now, as database rows (the
+    fields asked for), before names, expiries and shapes are made of them."""
+
+    role: TeamRole
+    rows: list[dict[str, Any]]
+    server_expiry: dict[int, datetime | None]
+    tool_expiry: dict[int, datetime | None]
+    granted_server_ids: frozenset[int]
+    now: datetime
+
+    def access_expires_at(self, server_id: int, tool_id: int) -> datetime | None:
+        """When the team's access to this tool ends: the latest of the grants that apply."""
+        in_server, in_tool = server_id in self.server_expiry, tool_id in self.tool_expiry
+        if in_server and in_tool:
+            return _latest(self.server_expiry[server_id], self.tool_expiry[tool_id], first=False)
+        if in_server:
+            return self.server_expiry[server_id]
+        return self.tool_expiry[tool_id]
+
+
+def visible_tool_rows(
+    *,
+    team_id: int,
+    role_id: int,
+    category: str | None = None,
+    at: datetime | None = None,
+    fields: tuple[str, ...] = _TOOL_FIELDS,
+    **expressions: Any,
+) -> VisibleRows:
+    """The three queries of the visibility rule: the role, the team's grants, the tools (`fields`
+    and `expressions` of each, with `pk` and `server_id` always among the fields)."""
     now = at or timezone.now()
     role = TeamRole.objects.select_related("team").filter(pk=role_id, team_id=team_id).first()
     if role is None:
@@ -173,7 +202,26 @@ def catalogue_for_agent(
         tools = tools.filter(server__category__slug=category)
     if settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY:
         tools = tools.exclude(server__status__health=Health.UNHEALTHY)
-    rows = list(tools.order_by().values(*_TOOL_FIELDS))
+    if expressions:
+        tools = tools.annotate(**expressions)
+    rows = list(tools.order_by().values(*fields, *expressions))
+    return VisibleRows(
+        role=role,
+        rows=rows,
+        server_expiry=server_expiry,
+        tool_expiry=tool_expiry,
+        granted_server_ids=frozenset(server_id for server_id, _, _ in grants),
+        now=now,
+    )
+
+
+def catalogue_for_agent(
+    *, team_id: int, role_id: int, category: str | None = None, at: datetime | None = None
+) -> Catalogue:
+    """The tools a team's agent of this role sees now, namespaced and sorted by name."""
+    visible = visible_tool_rows(team_id=team_id, role_id=role_id, category=category, at=at)
+    role, rows, now = visible.role, visible.rows, visible.now
+    classes = role.permission_classes
 
     servers: dict[int, CatalogueServer] = {}
     counts: dict[int, int] = {}
@@ -197,14 +245,7 @@ def catalogue_for_agent(
                 updated_at=row["server__updated_at"],
             )
         counts[server_id] = counts.get(server_id, 0) + 1
-        in_server, in_tool = server_id in server_expiry, row["pk"] in tool_expiry
-        expiry = (
-            _latest(server_expiry[server_id], tool_expiry[row["pk"]], first=False)
-            if in_server and in_tool
-            else server_expiry[server_id]
-            if in_server
-            else tool_expiry[row["pk"]]
-        )
+        expiry = visible.access_expires_at(server_id, row["pk"])
         entries.append(
             CatalogueTool(
                 name=namespaced_tool_name(row["server__slug"], row["name"]),
@@ -241,7 +282,7 @@ def catalogue_for_agent(
         generated_at=now,
         servers=server_list,
         tools=entries,
-        granted_server_ids=frozenset(server_id for server_id, _, _ in grants),
+        granted_server_ids=visible.granted_server_ids,
     )
 
 

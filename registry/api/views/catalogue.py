@@ -42,8 +42,8 @@ from registry.catalogue.formats import (
     registry_namespace,
     render_client_config,
     render_official_list,
-    render_tools,
 )
+from registry.catalogue.fragments import tools_document_body
 from registry.catalogue.selectors import (
     Catalogue,
     UnknownRole,
@@ -97,7 +97,7 @@ class AgentView(APIView):
         return identity
 
     def conditional(
-        self, variant: str, build: Callable[[CatalogueState], dict[str, Any]]
+        self, variant: str, build: Callable[[CatalogueState], dict[str, Any] | bytes]
     ) -> HttpResponse:
         """304 for a current ETag, else the (cached or freshly built) document."""
         identity = self.identity()
@@ -144,14 +144,18 @@ class CatalogueView(AgentView):
         identity = self.identity()
         with_preflight = fmt == "native" and bool(identity.declared_servers)
 
-        def build(state: CatalogueState) -> dict[str, Any]:
-            catalogue = _build(identity, category)
-            preflight = (
-                catalogue_preflight(catalogue=catalogue, declared_servers=identity.declared_servers)
-                if with_preflight
-                else None
-            )
-            return render_tools(fmt, catalogue, version=state.version, preflight=preflight)
+        def build(state: CatalogueState) -> bytes:
+            try:
+                return tools_document_body(
+                    fmt=fmt,
+                    team_id=identity.team_id,
+                    role_id=identity.role_id,
+                    version=state.version,
+                    category=category,
+                    declared_servers=identity.declared_servers if with_preflight else None,
+                )
+            except UnknownRole as exc:  # the token's role or team is gone
+                raise AuthenticationFailed(INVALID_TOKEN_MESSAGE) from exc
 
         return self.conditional(tools_variant(fmt=fmt, category=category, identity=identity), build)
 

@@ -1,0 +1,273 @@
+"""Catalogue documents built from per-tool JSON fragments, each rendered once and kept in memory.
+
+An uncached catalogue of 1,000 tools used to cost 1,000 x (three JSON columns decoded, a dataclass,
+a dict per format, every schema encoded again). Here the visibility rule's query
+(`visible_tool_rows`) returns a tool's JSON columns as the text the database holds, and the
+encoded fragment of a tool is looked up by everything it is made of: the format, its namespaced
+name, server slug, name, title, description, that text, its permission class and definition
+hash. Only a tool never seen in that exact shape is decoded and rendered (by the very functions
+of `registry.catalogue.formats`); the few parts that change without the tool changing (server
+health, when the team's access ends) are written per request. Because the key holds the inputs
+themselves, a stale fragment cannot be served, whatever wrote the row.
+
+The bytes equal `json.dumps(render_tools(...), ensure_ascii=False, separators=(",", ":"))` for
+every format; `tests/test_catalogue_fragments.py` compares them. Memory: at most
+`FRAGMENTS_KEPT` fragments per process (a few KB each), then the oldest go.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db.models import TextField
+from django.db.models.functions import Cast
+
+from registry.catalogue.formats import (
+    TOOLROOM_META,
+    preflight_data,
+    server_entry_native,
+    tool_entry_anthropic,
+    tool_entry_mcp,
+    tool_entry_native,
+    tool_entry_openai,
+)
+from registry.catalogue.naming import namespaced_tool_name
+from registry.catalogue.selectors import (
+    Catalogue,
+    CatalogueServer,
+    CatalogueTool,
+    catalogue_preflight,
+    visible_tool_rows,
+)
+from registry.servers.models import Health
+
+FRAGMENTS_KEPT = 50_000
+
+_FIELDS = (
+    "pk",
+    "name",
+    "title",
+    "description",
+    "permission_class",
+    "definition_hash",
+    "server_id",
+    "server__slug",
+    "server__name",
+    "server__description",
+    "server__version",
+    "server__category__slug",
+    "server__category__name",
+    "server__status__health",
+)
+# Names are pure functions of (server slug, tool name) and cost two regular expressions each.
+_namespaced_tool_name = functools.lru_cache(maxsize=FRAGMENTS_KEPT)(namespaced_tool_name)
+
+# The JSON columns as text: decoded only for a tool whose fragment is not kept yet.
+_RAW_JSON = {
+    "input_schema_text": Cast("input_schema", TextField()),
+    "output_schema_text": Cast("output_schema", TextField()),
+    "annotations_text": Cast("annotations", TextField()),
+}
+# The native entry's last keys, written per request (they change without the tool changing).
+_NATIVE_DYNAMIC = ("serverHealth", "unhealthy", "accessExpiresAt")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat().replace("+00:00", "Z") if moment else None
+
+
+class FragmentStore:
+    """Encoded tool fragments by what they are made of, at most `limit` (oldest dropped first)."""
+
+    def __init__(self, limit: int = FRAGMENTS_KEPT) -> None:
+        self.limit = limit
+        self._fragments: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+        self.rendered = 0  # how many were made (not found): for tests and curiosity
+        self._lock = threading.Lock()  # Django's requests run in threads of their own
+
+    def find(self, key: tuple[Any, ...]) -> str | None:
+        return self._fragments.get(key)
+
+    def keep(self, key: tuple[Any, ...], fragment: str) -> str:
+        with self._lock:
+            self.rendered += 1
+            self._fragments[key] = fragment
+            while len(self._fragments) > self.limit:
+                self._fragments.popitem(last=False)
+        return fragment
+
+    def clear(self) -> None:
+        self._fragments.clear()
+
+
+fragments = FragmentStore()
+
+
+def _tool(row: dict[str, Any], name: str, health: str) -> CatalogueTool:
+    """The tool a row stands for, its JSON decoded exactly as the JSONFields would."""
+    output_text = row["output_schema_text"]
+    return CatalogueTool(
+        name=name,
+        tool_id=row["pk"],
+        tool_name=row["name"],
+        server_id=row["server_id"],
+        server_slug=row["server__slug"],
+        title=row["title"],
+        description=row["description"],
+        input_schema=json.loads(row["input_schema_text"]) or {},
+        output_schema=json.loads(output_text) if output_text is not None else None,
+        annotations=json.loads(row["annotations_text"]) or {},
+        permission_class=row["permission_class"],
+        definition_hash=row["definition_hash"],
+        server_health=health,
+        access_expires_at=None,
+    )
+
+
+def _static_part(fmt: str, tool: CatalogueTool) -> str:
+    """A tool's encoded entry up to where the per-request values go (all of it for OpenAI and
+    Anthropic)."""
+    if fmt == "native":
+        entry = tool_entry_native(tool)
+        assert tuple(entry)[-3:] == _NATIVE_DYNAMIC  # noqa: S101 (the shape this relies on)
+        for key in _NATIVE_DYNAMIC:
+            del entry[key]
+        return _dumps(entry)[:-1] + ',"serverHealth":'
+    if fmt == "mcp":
+        entry = tool_entry_mcp(tool)
+        meta = entry.pop("_meta")
+        assert list(meta[TOOLROOM_META]) == ["server", "tool", "serverHealth"]  # noqa: S101
+        inner = meta[TOOLROOM_META]
+        return (
+            _dumps(entry)[:-1]
+            + f',"_meta":{{{_dumps(TOOLROOM_META)}:{{"server":{_dumps(inner["server"])},'
+            + f'"tool":{_dumps(inner["tool"])},"serverHealth":'
+        )
+    if fmt == "openai":
+        return _dumps(tool_entry_openai(tool))
+    return _dumps(tool_entry_anthropic(tool))
+
+
+def tools_document_body(
+    *,
+    fmt: str,
+    team_id: int,
+    role_id: int,
+    version: int,
+    category: str | None = None,
+    declared_servers: Mapping[str, list[str]] | None = None,
+    at: datetime | None = None,
+    store: FragmentStore = fragments,
+) -> bytes:
+    """The encoded tools document of a format for a team's agent of a role, now (the pre-flight
+    of `declared_servers` in the native format). Raises `UnknownRole` like `catalogue_for_agent`."""
+    visible = visible_tool_rows(
+        team_id=team_id, role_id=role_id, category=category, at=at, fields=_FIELDS, **_RAW_JSON
+    )
+    rows = visible.rows
+    named = sorted(
+        ((_namespaced_tool_name(row["server__slug"], row["name"]), row) for row in rows),
+        key=lambda pair: pair[0],
+    )
+    tails: dict[tuple[str, datetime | None], str] = {}  # native: health and expiry, encoded
+    parts: list[str] = []
+    for name, row in named:
+        health = row["server__status__health"] or Health.UNKNOWN
+        key = (
+            fmt,
+            name,
+            row["server__slug"],
+            row["name"],
+            row["title"],
+            row["description"],
+            row["input_schema_text"],
+            row["output_schema_text"],
+            row["annotations_text"],
+            row["permission_class"],
+            row["definition_hash"],
+        )
+        static = store.find(key)
+        if static is None:
+            static = store.keep(key, _static_part(fmt, _tool(row, name, "")))
+        if fmt == "native":
+            expiry = visible.access_expires_at(row["server_id"], row["pk"])
+            tail = tails.get((health, expiry))
+            if tail is None:
+                tail = tails[(health, expiry)] = (
+                    f'{_dumps(health)},"unhealthy":'
+                    f"{'true' if health == Health.UNHEALTHY else 'false'},"
+                    f'"accessExpiresAt":{_dumps(_iso(expiry))}}}'
+                )
+            parts.append(static + tail)
+        elif fmt == "mcp":
+            parts.append(f"{static}{_dumps(health)}}}}}}}")
+        else:
+            parts.append(static)
+    tools = ",".join(parts)
+    if fmt != "native":
+        return f'{{"tools":[{tools}]}}'.encode()
+
+    servers: dict[int, CatalogueServer] = {}
+    counts: dict[int, int] = {}
+    for row in rows:
+        server_id = row["server_id"]
+        counts[server_id] = counts.get(server_id, 0) + 1
+        if server_id not in servers:
+            servers[server_id] = CatalogueServer(
+                id=server_id,
+                slug=row["server__slug"],
+                name=row["server__name"],
+                description=row["server__description"],
+                version=row["server__version"],
+                # Only the official server list reads these four; the tools documents do not,
+                # so they are not fetched (two timestamps per tool row cost more than the rest).
+                homepage_url="",
+                repository_url="",
+                category_slug=row["server__category__slug"],
+                category_name=row["server__category__name"],
+                health=row["server__status__health"] or Health.UNKNOWN,
+                created_at=visible.now,
+                updated_at=visible.now,
+            )
+    server_list = sorted(
+        (
+            CatalogueServer(**{**server.__dict__, "tool_count": counts[server.id]})
+            for server in servers.values()
+        ),
+        key=lambda server: server.slug,
+    )
+    role = visible.role
+    head = {
+        "team": {"slug": role.team.slug, "name": role.team.name},
+        "role": {"name": role.name, "permissionClasses": role.permission_classes},
+        "version": version,
+        "generatedAt": _iso(visible.now),
+        "servers": [server_entry_native(server) for server in server_list],
+    }
+    document = f'{_dumps(head)[:-1]},"tools":[{tools}]'
+    if declared_servers:
+        catalogue = Catalogue(
+            team_id=team_id,
+            team_slug=role.team.slug,
+            team_name=role.team.name,
+            role_id=role_id,
+            role_name=role.name,
+            permission_classes=role.permission_classes,
+            generated_at=visible.now,
+            servers=server_list,
+            tools=[],  # the pre-flight reads servers and grants only
+            granted_server_ids=visible.granted_server_ids,
+        )
+        preflight = catalogue_preflight(catalogue=catalogue, declared_servers=declared_servers)
+        document += f',"preflight":{_dumps(preflight_data(preflight))}'
+    return (document + "}").encode()

@@ -1,0 +1,106 @@
+"""The ASGI fast path builds a document the cache does not hold (a new version, or the document
+cache off) in one thread, and answers exactly what Django answers for it: the same bytes, ETag
+and headers; what it cannot build (a token whose role left its team) is Django's to answer.
+
+These tests commit for real (transactional database): the build runs in a worker thread with a
+database connection of its own, as under uvicorn.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from registry.catalogue.formats import TOOL_FORMATS
+from registry.teams.models import TeamRole
+from tests.catalogue_helpers import DJANGO_ANSWERED, READ, approved_server, fast_path_call
+from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("redis_cache")]
+
+# What Django's middleware and the view put on a catalogue answer, besides the request id.
+SAME_HEADERS = (
+    "content-type",
+    "etag",
+    "cache-control",
+    "vary",
+    "x-frame-options",
+    "x-content-type-options",
+    "referrer-policy",
+    "cross-origin-opener-policy",
+)
+
+
+@pytest.fixture
+def agent(api_client):
+    team = TeamFactory(slug="alpha")
+    GrantFactory(team=team, server=approved_server("files", {"read_file": READ}))
+    token = AgentTokenFactory(team=team)
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.plain}")
+    warm = api_client.get("/api/v1/catalogue")  # Django caches the token, state and document
+    assert warm.status_code == 200
+    return team, token
+
+
+def _headers(token):
+    return {"Host": "127.0.0.1:8000", "Authorization": f"Bearer {token.plain}"}
+
+
+def _same_as_django(headers, django):
+    for name in SAME_HEADERS:
+        assert headers.get(name) == django.headers.get(name), name
+    assert headers["content-length"] == str(len(django.content))
+    assert headers["x-request-id"]
+
+
+def test_a_new_version_is_built_by_the_fast_path_as_django_would(agent, api_client):
+    team, token = agent
+    GrantFactory(team=team, server=approved_server("git", {"log": READ}))  # a new version
+
+    [(status, headers, body)] = fast_path_call(
+        [("/api/v1/catalogue", "format=openai", _headers(token))]
+    )
+
+    assert status == 200
+    assert headers["x-toolroom-cache"] == "miss"
+    assert b'"git__log"' in body
+    django = api_client.get("/api/v1/catalogue", {"format": "openai"})
+    assert django["X-Toolroom-Cache"] == "hit"  # the fast path kept what it built
+    assert django.content == body
+    _same_as_django(headers, django)
+
+
+@pytest.mark.parametrize("fmt", TOOL_FORMATS)
+def test_with_the_document_cache_off_every_format_is_built_like_django(
+    agent, api_client, settings, fmt
+):
+    _, token = agent
+    settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = 0
+
+    [(status, headers, body)] = fast_path_call(
+        [("/api/v1/catalogue", f"format={fmt}", _headers(token))]
+    )
+    django = api_client.get("/api/v1/catalogue", {"format": fmt})
+
+    assert status == 200
+    assert headers["x-toolroom-cache"] == django["X-Toolroom-Cache"] == "miss"
+    _same_as_django(headers, django)
+    if fmt == "native":  # built at two moments: everything but the moment is the same
+        ours, theirs = json.loads(body), json.loads(django.content)
+        assert ours.pop("generatedAt") <= theirs.pop("generatedAt")
+        assert ours == theirs
+    else:
+        assert body == django.content
+
+
+def test_what_it_cannot_build_is_left_to_django(agent, settings):
+    _, token = agent
+    settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = 0
+    TeamRole.objects.filter(pk=token.role_id).update(
+        team=TeamFactory(slug="beta"), name="moved-away"
+    )
+
+    [(status, _, _)] = fast_path_call([("/api/v1/catalogue", "", _headers(token))])
+
+    assert status == DJANGO_ANSWERED
