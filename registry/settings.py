@@ -129,6 +129,7 @@ INSTALLED_APPS = [
     "workers",
     "registry.teams",
     "registry.catalogue",
+    "registry.search",
     "registry.gateway",
 ]
 
