@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from rest_framework.test import APIClient
 
+from registry.catalogue.search import catalogue_search_forget
 from registry.search.models import ToolSearchEntry
 from registry.servers import services as server_services
 from registry.servers import tool_sync
@@ -44,6 +45,14 @@ def found_names(response: Any) -> list[str]:
     return [tool["function"]["name"] if "function" in tool else tool["name"] for tool in tools]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_search_catalogues():
+    """Each test rolls back: team ids and versions repeat, so kept catalogues must go."""
+    catalogue_search_forget()
+    yield
+    catalogue_search_forget()
+
+
 @pytest.fixture
 def locmem_cache(settings):
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -62,6 +71,7 @@ def test_search_finds_exactly_the_tools_the_agent_may_call(world, locmem_cache):
     exactly the agent's catalogue, never a tool of another team or one the rules keep out."""
     locmem_cache.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY = world["hide_unhealthy"]
     cache.clear()
+    catalogue_search_forget()  # ids and versions repeat after each example's rollback
     client = APIClient()
     with transaction.atomic():
         tokens = build_world(world)

@@ -170,6 +170,7 @@ class CatalogueView(AgentView):
                     query=text,
                     limit=limit,
                     category=category,
+                    version=state.version,
                 )
             except UnknownRole as exc:  # the token's role or team is gone
                 raise AuthenticationFailed(INVALID_TOKEN_MESSAGE) from exc
