@@ -134,6 +134,7 @@ INSTALLED_APPS = [
     "mozilla_django_oidc",
     "registry.portal",
     "registry.notifications",
+    "registry.search",
     "registry.gateway",
 ]
 

@@ -14,6 +14,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from registry.catalogue.formats import CLIENT_CONFIGS, TOOL_FORMATS
+from registry.catalogue.search import DEFAULT_SEARCH_LIMIT, MAX_QUERY_LENGTH, MAX_SEARCH_LIMIT
 from registry.servers.models import McpServer, ReviewStatus, Tool
 from registry.teams.models import (
     AccessRequest,
@@ -49,6 +50,25 @@ class StrictInputSerializer(serializers.Serializer):  # type: ignore[type-arg]
 class CatalogueQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
     format = serializers.ChoiceField(choices=TOOL_FORMATS, default="native")
     category = serializers.SlugField(required=False, max_length=60)
+    q = serializers.CharField(
+        required=False,
+        max_length=MAX_QUERY_LENGTH,
+        help_text="Search: only the tools matching these words, best first.",
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_SEARCH_LIMIT,
+        help_text=f"With q: at most this many tools (default {DEFAULT_SEARCH_LIMIT}).",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # DRF reads an empty query parameter as absent: `?q=` would be the whole catalogue.
+        if "q" in self.initial_data and not attrs.get("q", "").strip():
+            raise serializers.ValidationError({"q": "Give the words to search for."})
+        if "limit" in attrs and "q" not in attrs:
+            raise serializers.ValidationError({"limit": "limit applies to a search: give q too."})
+        return attrs
 
 
 class ClientConfigQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from registry.audit.services import Actor, actor_label, audit_record
 from registry.core.errors import ApplicationError
+from registry.search.index import tool_search_index_refresh
 from registry.servers.models import (
     ApprovalEndReason,
     ApprovalState,
@@ -235,6 +236,7 @@ def server_tools_sync(
         _sync_prompts(server, prompts)
 
     if result.added or result.changed or result.removed or result.returned:
+        tool_search_index_refresh(server_ids=[server.pk])
         announce_visibility_change(server_ids=[server.pk], reason="server.tools_synced")
         audit_record(
             actor=actor,

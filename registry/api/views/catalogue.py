@@ -44,6 +44,7 @@ from registry.catalogue.formats import (
     render_official_list,
 )
 from registry.catalogue.fragments import tools_document_body
+from registry.catalogue.search import DEFAULT_SEARCH_LIMIT, catalogue_search, search_variant
 from registry.catalogue.selectors import (
     Catalogue,
     UnknownRole,
@@ -51,6 +52,7 @@ from registry.catalogue.selectors import (
     catalogue_preflight,
 )
 from registry.catalogue.versions import CatalogueState, catalogue_state
+from registry.search.text import query_terms
 from registry.teams.tokens import AgentIdentity, token_mark_used
 
 ERROR_RESPONSES = {
@@ -127,7 +129,9 @@ class CatalogueView(AgentView):
         "the role; unhealthy servers' tools are flagged. Names are namespaced by server "
         "(`<server>__<tool>`). `format` picks the shape: `native` (full metadata and the "
         "pre-flight of declared servers), `mcp` (a tools/list result), `openai` (function "
-        "tools), `anthropic` (tool definitions).",
+        "tools), `anthropic` (tool definitions). With `q`, only the tools matching its words, "
+        "best first, at most `limit` (default 10, at most 50): the same tools and formats, ranked "
+        "by the database's full-text search; a native answer then carries `search`.",
         parameters=[CatalogueQuerySerializer, IF_NONE_MATCH],
         responses={
             200: OpenApiResponse(OpenApiTypes.OBJECT, description="The catalogue."),
@@ -142,6 +146,14 @@ class CatalogueView(AgentView):
         fmt: str = query.validated_data["format"]
         category: str | None = query.validated_data.get("category")
         identity = self.identity()
+        if "q" in query.validated_data:
+            return self._search(
+                identity,
+                fmt=fmt,
+                category=category,
+                text=query.validated_data["q"],
+                limit=query.validated_data.get("limit", DEFAULT_SEARCH_LIMIT),
+            )
         with_preflight = fmt == "native" and bool(identity.declared_servers)
 
         def build(state: CatalogueState) -> bytes:
@@ -158,6 +170,34 @@ class CatalogueView(AgentView):
                 raise AuthenticationFailed(INVALID_TOKEN_MESSAGE) from exc
 
         return self.conditional(tools_variant(fmt=fmt, category=category, identity=identity), build)
+
+    def _search(
+        self, identity: AgentIdentity, *, fmt: str, category: str | None, text: str, limit: int
+    ) -> HttpResponse:
+        def build(state: CatalogueState) -> dict[str, Any]:
+            try:
+                found = catalogue_search(
+                    team_id=identity.team_id,
+                    role_id=identity.role_id,
+                    query=text,
+                    limit=limit,
+                    category=category,
+                    version=state.version,
+                )
+            except UnknownRole as exc:  # the token's role or team is gone
+                raise AuthenticationFailed(INVALID_TOKEN_MESSAGE) from exc
+            document = render_tools(fmt, found, version=state.version, preflight=None)
+            if fmt == "native":
+                # The terms, not the text: answers are shared by queries with the same terms.
+                document["search"] = {
+                    "terms": sorted(query_terms(text)),
+                    "limit": limit,
+                    "found": len(found.tools),
+                }
+            return document
+
+        variant = search_variant(fmt=fmt, category=category, query=text, limit=limit)
+        return self.conditional(variant, build)
 
 
 class ClientConfigView(AgentView):

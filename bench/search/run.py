@@ -1,0 +1,241 @@
+"""The search benchmark: quality on the labelled set and latency, on SQLite and PostgreSQL.
+
+For each database it makes a fresh database of its own (a SQLite file under var/bench, or a
+PostgreSQL database `toolroom_bench_search_<pid>`), migrates it, loads the labelled set
+(tests/data/search: the demo servers and 1,000 generated tools, 1,045 tools on 56 servers, all
+approved and granted to one team) and then, in a child process per database:
+
+- quality: the top 20 of `catalogue_search` for every task; recall@5 and MRR per split (`tune`,
+  the only tasks looked at while tuning, and `held_out`, never tuned on), and how many tasks'
+  top 5 are identical (in order) on both databases;
+- latency: 16 threads, each an agent sending `GET /api/v1/catalogue?q=...&format=mcp` through
+  Django's test client (in process, no HTTP server, Redis as the cache) for every task's query
+  in turn: uncached (TOOLROOM_CATALOGUE_CACHE_SECONDS=0: every answer is ranked and rendered)
+  and cached (the rendered answer comes from Redis; warmed once). p50 and p95 per request.
+
+    .venv/bin/python bench/search/run.py [--backends sqlite,postgresql] [--rounds 3]
+
+Needs PostgreSQL on 127.0.0.1:5432 (user postgres) and Redis on 127.0.0.1:6379. The target of
+issue 17 is recall@5 >= 0.9 and p95 <= 20 ms at 16 concurrent agents; this prints what it got.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench._common import (
+    REPO,
+    machine_facts,
+    markdown_table,
+    median,
+    p95,
+    pg_create,
+    pg_drop,
+    postgres_url,
+    print_facts,
+    redis_cleanup,
+    toolroom_env,
+)
+
+AGENTS = 16
+
+
+def child(backend: str, rounds: int) -> dict[str, Any]:
+    """Runs in a process of its own (Django is set up once per process)."""
+    from bench._common import django_setup, migrate  # noqa: PLC0415
+
+    django_setup({})
+    migrate()
+    from django.conf import settings  # noqa: PLC0415
+    from django.test import Client  # noqa: PLC0415
+
+    from registry.catalogue.search import catalogue_search  # noqa: PLC0415
+    from registry.teams import services  # noqa: PLC0415
+    from tests.search_corpus import load_corpus, tasks  # noqa: PLC0415
+
+    started = time.perf_counter()
+    servers = load_corpus()
+    team = services.team_create(actor="bench", slug="bench")
+    for server in servers:
+        services.grant_create(actor="bench", team=team, server=server)
+    role = team.roles.get(name="operations")
+    token = services.agent_token_create(actor="bench", team=team, role=role, name="bench").plain
+    load_seconds = time.perf_counter() - started
+
+    labelled = tasks()
+    rankings = {
+        task.id: [
+            tool.name
+            for tool in catalogue_search(
+                team_id=team.pk, role_id=role.pk, query=task.query, limit=20
+            ).tools
+        ]
+        for task in labelled
+    }
+
+    def load(cache_seconds: int) -> list[float]:
+        settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = cache_seconds
+        queries = [task.query for task in labelled]
+        if cache_seconds:  # warm: one answer per query in the cache
+            warm = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+            for query in queries:
+                assert (
+                    warm.get("/api/v1/catalogue", {"q": query, "format": "mcp"}).status_code == 200
+                )
+        samples: list[float] = []
+        lock = threading.Lock()
+        barrier = threading.Barrier(AGENTS)
+
+        def agent(offset: int) -> None:
+            from django.db import connection as thread_db  # noqa: PLC0415
+
+            client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+            mine: list[float] = []
+            barrier.wait()
+            for n in range(rounds * len(queries)):
+                query = queries[(offset + n) % len(queries)]
+                t0 = time.perf_counter()
+                response = client.get("/api/v1/catalogue", {"q": query, "format": "mcp"})
+                mine.append(time.perf_counter() - t0)
+                assert response.status_code == 200, response.content
+                # The test client keeps the connection (it disconnects close_old_connections);
+                # a server gives it back to the pool after every request: so does this agent.
+                thread_db.close()
+            with lock:
+                samples.extend(mine)
+
+        errors: list[BaseException] = []
+
+        def guarded(offset: int) -> None:
+            try:
+                agent(offset)
+            except BaseException as exc:
+                errors.append(exc)
+                raise
+            finally:
+                from django.db import connection as thread_connection  # noqa: PLC0415
+
+                thread_connection.close()
+
+        threads = [threading.Thread(target=guarded, args=(k * 5,)) for k in range(AGENTS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise RuntimeError(f"{len(errors)} agents failed") from errors[0]
+        return samples
+
+    uncached = load(0)
+    cached = load(3600)
+    from django.db import connection  # noqa: PLC0415
+
+    return {
+        "backend": connection.vendor,
+        "load_seconds": load_seconds,
+        "rankings": rankings,
+        "uncached": uncached,
+        "cached": cached,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        json.dump(child(args.child, args.rounds), sys.stdout)
+        return
+
+    from tests.search_corpus import score, tasks  # noqa: PLC0415 (no Django needed)
+
+    facts = machine_facts()
+    results: dict[str, dict[str, Any]] = {}
+    for backend in args.backends.split(","):
+        prefix = f"toolroom-bench-search-{os.getpid()}-{backend}"
+        if backend == "postgresql":
+            name = f"toolroom_bench_search_{os.getpid()}"
+            pg_create(name)
+            url = postgres_url(name)
+        else:
+            path = REPO / "var" / "bench" / f"search-{os.getpid()}.sqlite3"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)
+            url = f"sqlite:///{path}"
+        env = {**os.environ, **toolroom_env(database_url=url, key_prefix=prefix)}
+        try:
+            output = subprocess.run(
+                [sys.executable, __file__, "--child", backend, "--rounds", str(args.rounds)],
+                env=env,
+                check=True,
+                stdout=subprocess.PIPE,
+                text=True,
+                timeout=1800,
+            ).stdout
+            results[backend] = json.loads(output)
+        finally:
+            redis_cleanup(prefix)
+            if backend == "postgresql":
+                pg_drop(name)
+            else:
+                path.unlink(missing_ok=True)
+
+    print_facts(facts)
+    rows = []
+    for backend, result in results.items():
+        for split in ("tune", "held_out"):
+            scores = score(result["rankings"], tasks(split))
+            rows.append(
+                [
+                    backend,
+                    split,
+                    scores.tasks,
+                    f"{scores.recall_at_5:.3f}",
+                    f"{scores.mrr:.3f}",
+                    " ".join(scores.misses) or "-",
+                ]
+            )
+    print("\nQuality (1,045 tools; recall@5 target >= 0.9)\n")
+    print(markdown_table(["database", "split", "tasks", "recall@5", "MRR", "misses"], rows))
+    if len(results) == 2:
+        first, second = (result["rankings"] for result in results.values())
+        same = [task.id for task in tasks() if first[task.id][:5] == second[task.id][:5]]
+        same_set = [
+            task.id for task in tasks() if set(first[task.id][:5]) == set(second[task.id][:5])
+        ]
+        total = len(tasks())
+        print(
+            f"\nTop 5 identical on both databases: {len(same)}/{total} tasks in order, "
+            f"{len(same_set)}/{total} as sets."
+        )
+    rows = []
+    for backend, result in results.items():
+        for kind in ("uncached", "cached"):
+            samples = result[kind]
+            rows.append(
+                [
+                    backend,
+                    kind,
+                    len(samples),
+                    f"{median(samples) * 1000:.1f}",
+                    f"{p95(samples) * 1000:.1f}",
+                ]
+            )
+    print(f"\nLatency, {AGENTS} concurrent agents in one process (p95 target <= 20 ms)\n")
+    print(markdown_table(["database", "answers", "requests", "p50 ms", "p95 ms"], rows))
+
+
+if __name__ == "__main__":
+    main()

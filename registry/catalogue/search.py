@@ -1,0 +1,92 @@
+"""Search in an agent's catalogue: its callable tools, ranked by relevance to a query.
+
+The candidates are exactly `catalogue_for_agent`'s tools (approved server, current definition
+approved, granted, allowed for the role, hidden when unhealthy if so configured), so search can
+never show a tool the catalogue would not; the database's full-text search only orders them
+(`registry.search.selectors.tool_search_rank`). Answers are cached like catalogue documents:
+under an ETag of the team's catalogue version and the search's variant (`search_variant`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import replace
+
+from django.conf import settings
+
+from registry.catalogue.selectors import Catalogue, catalogue_for_agent
+from registry.search.selectors import tool_search_rank
+from registry.search.text import query_terms
+
+DEFAULT_SEARCH_LIMIT = 10
+MAX_SEARCH_LIMIT = 50
+MAX_QUERY_LENGTH = 500
+# Catalogues kept per process for searching, keyed by the team's catalogue version (like the
+# gateway's call tables): every change that alters a catalogue bumps the version, so an entry is
+# exactly as fresh as a cached document. Searches then rank without rebuilding the catalogue.
+CANDIDATES_MAX = 256
+_candidates: OrderedDict[tuple[object, ...], Catalogue] = OrderedDict()
+_candidates_lock = threading.Lock()
+
+
+def search_variant(*, fmt: str, category: str | None, query: str, limit: int) -> str:
+    """What tells one search answer from another besides the version: the format, the filter,
+    the query's terms in any order (OR-ed, so `Read files` and `files, read` share an answer)
+    and the limit."""
+    terms = " ".join(sorted(query_terms(query)))
+    digest = hashlib.sha256(terms.encode()).hexdigest()[:24]
+    return f"search|{fmt}|{category or ''}|{limit}|{digest}"
+
+
+def catalogue_search_forget() -> None:
+    """Drop the catalogues kept for searching (tests that roll back and reuse ids and versions)."""
+    with _candidates_lock:
+        _candidates.clear()
+
+
+def _catalogue_at(
+    *, team_id: int, role_id: int, category: str | None, version: int | None
+) -> Catalogue:
+    if version is None:
+        return catalogue_for_agent(team_id=team_id, role_id=role_id, category=category)
+    key = (team_id, role_id, category, version, settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY)
+    with _candidates_lock:
+        cached = _candidates.get(key)
+        if cached is not None:
+            _candidates.move_to_end(key)
+            return cached
+    catalogue = catalogue_for_agent(team_id=team_id, role_id=role_id, category=category)
+    with _candidates_lock:
+        _candidates[key] = catalogue
+        while len(_candidates) > CANDIDATES_MAX:
+            _candidates.popitem(last=False)
+    return catalogue
+
+
+def catalogue_search(
+    *,
+    team_id: int,
+    role_id: int,
+    query: str,
+    limit: int,
+    category: str | None = None,
+    version: int | None = None,
+) -> Catalogue:
+    """The agent's catalogue cut down to the tools matching `query`, best first, at most `limit`.
+
+    Servers are those of the tools found (with their whole tool counts). With the team's
+    catalogue `version` (from `catalogue_state`), the catalogue built for that version in this
+    process is reused; without it, it is built now.
+    """
+    catalogue = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
+    by_id = {tool.tool_id: tool for tool in catalogue.tools}
+    ranked = tool_search_rank(query=query, tool_ids=by_id.keys(), limit=limit)
+    tools = [by_id[tool_id] for tool_id in ranked]
+    found_servers = {tool.server_id for tool in tools}
+    return replace(
+        catalogue,
+        tools=tools,
+        servers=[server for server in catalogue.servers if server.id in found_servers],
+    )

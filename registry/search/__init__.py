@@ -1,0 +1,1 @@
+"""Full-text search over tools: the index kept by tool sync and the databases' own rankers."""
