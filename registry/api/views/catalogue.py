@@ -42,6 +42,7 @@ from registry.catalogue.formats import (
     registry_namespace,
     render_client_config,
     render_official_list,
+    render_tools,
 )
 from registry.catalogue.fragments import tools_document_body
 from registry.catalogue.search import DEFAULT_SEARCH_LIMIT, catalogue_search, search_variant
