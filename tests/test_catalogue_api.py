@@ -60,6 +60,26 @@ def test_it_serves_the_native_catalogue_with_namespaced_names(api_client, setup)
     assert body["servers"][0]["toolCount"] == 3
 
 
+def test_each_tool_says_when_the_teams_access_ends(api_client, committed):
+    """The latest end of the grants that apply: a server grant, a longer tool grant, or none."""
+    soon = (timezone.now() + timedelta(days=3)).replace(microsecond=0)
+    later = soon + timedelta(days=4)
+    with committed():
+        team = TeamFactory(slug="alpha")
+        files = approved_server("files", {"read_file": READ, "write_file": READ})
+        notes = approved_server("notes", {"read_note": READ})
+        GrantFactory(team=team, server=files, expires_at=soon)
+        GrantFactory(team=team, server=files, tool=tool_of(files, "write_file"), expires_at=later)
+        GrantFactory(team=team, server=notes)
+        token = AgentTokenFactory(team=team, role=team.roles.get(name="operations"))
+
+    tools = {tool["name"]: tool for tool in _get(api_client, token).json()["tools"]}
+
+    assert tools["files__read_file"]["accessExpiresAt"] == soon.isoformat().replace("+00:00", "Z")
+    assert tools["files__write_file"]["accessExpiresAt"] == later.isoformat().replace("+00:00", "Z")
+    assert tools["notes__read_note"]["accessExpiresAt"] is None
+
+
 @pytest.mark.parametrize("fmt", ["mcp", "openai", "anthropic"])
 def test_it_serves_every_format_with_legal_names(api_client, setup, fmt):
     response = _get(api_client, setup[2], format=fmt)

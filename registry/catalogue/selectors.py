@@ -133,9 +133,10 @@ class UnknownRole(Exception):
 
 
 def _latest(a: datetime | None, b: datetime | None, *, first: bool) -> datetime | None:
-    """The later of two expiries where None means never; `first` marks the first one seen."""
+    """The later of two expiries where None means never; `first` marks `b` as the first one
+    seen (there is no `a` yet)."""
     if first:
-        return a
+        return b
     if a is None or b is None:
         return None
     return max(a, b)
