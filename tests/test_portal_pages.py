@@ -420,3 +420,34 @@ def test_the_connect_snippets_are_valid_json_and_python(world):
         assert "https://t.io/api/v1/catalogue?format=" + key in snippets[key].text
     entry = snippets["claude-code"].text.split("'")[1]
     assert json.loads(entry)["url"] == "https://t.io/mcp/"
+
+
+def test_why_not_explains_a_tool_for_each_of_the_teams_roles(client, world, dave):
+    """The same access_explain as the API: alpha's grant covers files, not secret-sauce; a tool
+    of beta's unapproved server reads like a name that does not exist."""
+    hidden = approved_server("beta-private", {"plan": READ})
+    server_services.server_suspend(actor="test", server=hidden, reason="only for beta")
+    GrantFactory(team=world["beta"], server=hidden)
+    page = _signed_in(client, dave)
+
+    granted = page.get("/portal/teams/alpha/explain/", {"tool": "files__read_file"})
+    not_granted = page.get("/portal/teams/alpha/explain/", {"tool": "secret-sauce__recipe"})
+    other_teams = page.get("/portal/teams/alpha/explain/", {"tool": "beta-private__plan"})
+    unknown = page.get("/portal/teams/alpha/explain/", {"tool": "nope__nothing"})
+    not_mine = page.get("/portal/teams/beta/explain/", {"tool": "secret-sauce__recipe"})
+
+    assert granted.status_code == 200
+    roles = [explanation.role_name for explanation in granted.context["explanations"]]
+    assert roles == sorted(role.name for role in world["alpha"].roles.all())
+    operations = next(e for e in granted.context["explanations"] if e.role_name == "operations")
+    assert operations.callable
+    assert "Role operations: callable" in granted.content.decode()
+    refused = not_granted.context["explanations"][0]
+    assert (refused.callable, refused.first_failure.rule) == (False, "grant")
+    assert "fails" in not_granted.content.decode()
+    assert other_teams.context["explanations"] == unknown.context["explanations"] == []
+    assert (
+        other_teams.context["error"] == "No tool you may ask about is named 'beta-private__plan'."
+    )
+    assert "No tool you may ask about is named" in other_teams.content.decode()
+    assert not_mine.status_code == 404

@@ -33,6 +33,7 @@ urlpatterns = [
         name="token-declare",
     ),
     path("teams/<slug:slug>/connect/", views.connect, name="connect"),
+    path("teams/<slug:slug>/explain/", views.explain, name="explain"),
 ]
 
 # mozilla-django-oidc's views (`oidc_authentication_init`, `oidc_authentication_callback`) keep

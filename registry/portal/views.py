@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from registry.catalogue.explain import access_explain, tool_for_agent_name
 from registry.catalogue.selectors import catalogue_for_agent
 from registry.core.errors import ApplicationError
 from registry.portal import selectors
@@ -306,4 +307,25 @@ def connect(request: HttpRequest, team: Team) -> HttpResponse:
         request,
         "portal/connect.html",
         _context(request, team, "connect", snippets=snippets, public_url=public_url),
+    )
+
+
+@team_page()
+def explain(request: HttpRequest, team: Team) -> HttpResponse:
+    """Why (not)? The team's access to one tool, by its catalogue name, for each of the team's
+    roles, rule by rule: the same `access_explain` the API and the admin answer with. Only
+    tools the team may ask about are explained (an approved server's, or one its grants cover);
+    anything else reads like a name that does not exist."""
+    name = request.GET.get("tool", "").strip()[:200]
+    tool = tool_for_agent_name(team=team, name=name) if name else None
+    explanations = (
+        [access_explain(team=team, role=role, tool=tool) for role in team.roles.order_by("name")]
+        if tool is not None
+        else []
+    )
+    error = f"No tool you may ask about is named '{name}'." if name and tool is None else ""
+    return render(
+        request,
+        "portal/explain.html",
+        _context(request, team, "explain", name=name, error=error, explanations=explanations),
     )

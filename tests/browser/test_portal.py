@@ -249,3 +249,22 @@ def test_every_text_has_a_contrast_of_at_least_4_5_to_1(page: Page, world):
         "'beforeend', '<p class=\"faint\" style=\"color:#cccccc\">faint</p>')"
     )
     assert page.evaluate(CONTRAST_SCRIPT) == ["P.faint: 1.61"]
+
+
+def test_a_member_asks_why_and_why_not(page: Page, world):
+    portal_sign_in(page, "dave")
+    page.get_by_role("link", name="Alpha").first.click()
+    page.get_by_role("link", name="Why (not)?").click()
+
+    page.get_by_label("Tool, by its catalogue name").fill("files__write_file")
+    page.get_by_role("button", name="Explain").click()
+    expect(page.get_by_role("heading", name="Role operations: callable")).to_be_visible()
+    review = page.locator(
+        "section", has=page.get_by_role("heading", name=re.compile("Role review"))
+    )
+    expect(review).to_contain_text("not available")
+    expect(review.locator("tr", has_text="role_class")).to_contain_text("fails")
+
+    page.get_by_label("Tool, by its catalogue name").fill("clock__get_time")
+    page.get_by_role("button", name="Explain").click()
+    expect(page.locator("tr", has_text="grant").first).to_contain_text("fails")
