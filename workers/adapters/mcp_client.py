@@ -39,6 +39,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 
 from registry.core.netguard import UnsafeUrlError, check_resolved_address
 from workers.adapters.sandbox.errors import SandboxError
+from workers.adapters.sandbox.transport import SandboxTransport
 
 CLIENT_INFO = types.Implementation(name="toolroom", version="0.1.0")
 
@@ -328,8 +329,9 @@ class McpConnection:
         return self._stderr_tail()
 
     async def wait_process_gone(self) -> None:
-        """Return when a local (stdio) server's process has exited: its stderr pipe reached the
-        end once every process holding it was gone. Never returns for remote servers."""
+        """Return when a local server's process has exited (its stderr pipe reached the end once
+        every process holding it was gone) or a sandboxed server's container has (its attach
+        stream ended). Never returns for remote servers."""
         if self._process_gone is None:
             await anyio.sleep_forever()
             return
@@ -617,9 +619,13 @@ async def connect(
                         if stderr is not None:
                             stderr.close_write_end()
                         try:
-                            yield McpConnection(
-                                client, deadlines, tail, stderr.eof if stderr else None
-                            )
+                            if stderr is not None:
+                                gone: anyio.Event | None = stderr.eof
+                            elif isinstance(transport, SandboxTransport):
+                                gone = transport.exited
+                            else:
+                                gone = None
+                            yield McpConnection(client, deadlines, tail, gone)
                         except BaseException as exc:
                             body_error = exc
                             raise
