@@ -1,25 +1,30 @@
 """Warm runtimes under faults, in a real RuntimeManager with real server processes: a crash is
-noticed when the process exits (not at the next probe), the restart budget comes back after a
-stable run, and crashes, restarts and takeovers are audited."""
+noticed when the process (or a sandboxed server's container) exits, not at the next probe; the
+restart budget comes back after a stable run, and crashes, restarts and takeovers are audited."""
 
 from __future__ import annotations
 
 import os
 import signal
 import socket
+import subprocess
 import time
 from datetime import timedelta
 
+import docker
 import pytest
 from django.utils import timezone
 
 from registry.audit.models import AuditEvent
 from registry.servers.models import RuntimeState, ServerStatus
+from registry.servers.policy import TrustTier
 from registry.servers.runtime import runtime_claim, runtime_display_state, runtime_request
 from tests.celery_worker import wait_for
 from tests.factories import McpServerFactory
 from tests.mcp_fixtures import scenario_argv
 from tests.process_hygiene import server_processes_started_by
+from tests.sandbox_images import ensure_test_images
+from tests.test_sandbox_servers import TIME_VERSION
 from workers.runtime import RuntimeManager
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,6 +69,48 @@ def test_a_crash_is_noticed_when_the_process_exits_without_any_probe(manager):
     wait_for(lambda: _runtime(server) == (RuntimeState.RUNNING, 1), timeout=15, what="restart")
     crash = AuditEvent.objects.get(action="server.runtime_crashed", server=server)
     assert "The server process exited" in crash.summary
+
+
+def _running_containers_of(server) -> list[str]:
+    client = docker.from_env()
+    try:
+        containers = client.containers.list(filters={"label": f"io.toolroom.server={server.slug}"})
+        return [container.id for container in containers]
+    finally:
+        client.close()
+
+
+def test_a_sandboxed_servers_container_killed_is_noticed_when_it_exits(manager):
+    ensure_test_images(say=lambda *_: None)
+    server = _warm_sandboxed_time_server()
+    manager.command(server.pk, "start")
+    [container_id] = _running_containers_of(server)
+
+    # The real `docker kill`, and no probe, no call: only the end of the attach stream can tell.
+    subprocess.run(["docker", "kill", container_id], check=True, capture_output=True)
+
+    wait_for(lambda: _runtime(server) == (RuntimeState.RUNNING, 1), timeout=60, what="restart")
+    crash = AuditEvent.objects.get(action="server.runtime_crashed", server=server)
+    assert "exited" in crash.summary
+    [restarted] = _running_containers_of(server)
+    assert restarted != container_id
+
+
+def _warm_sandboxed_time_server():
+    server = McpServerFactory(
+        trust_tier=TrustTier.UNTRUSTED,
+        isolation="sandbox",
+        network_mode="none",
+        data_sensitivity="internal",
+        command=["uvx", f"mcp-server-time=={TIME_VERSION}"],
+        package_registry="pypi",
+        package_identifier="mcp-server-time",
+        package_version=TIME_VERSION,
+        review_status="approved",
+        restart_max_attempts=3,
+    )
+    runtime_request(server=server, action="start", actor="test")
+    return server
 
 
 def _crashes(server) -> int:

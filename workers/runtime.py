@@ -225,7 +225,8 @@ class WarmRuntime:
                     request.future.set_result(result)
 
         async def watch() -> None:
-            """A local server's process exit is noticed at once, not at the next probe."""
+            """A local server's process exit, or a sandboxed server's container exit, is noticed
+            at once, not at the next probe."""
             await connection.wait_process_gone()
             death.append(
                 McpFailure(

@@ -7,3 +7,8 @@ class CoreConfig(AppConfig):
     name = "registry.core"
     label = "core"
     verbose_name = "Toolroom core"
+
+    def ready(self) -> None:
+        from registry.core.tracing import tracing_configure  # noqa: PLC0415
+
+        tracing_configure()  # only where an OTLP endpoint is configured

@@ -77,6 +77,13 @@ WHOAMI_TOOL = {
     "annotations": {"readOnlyHint": True},
 }
 
+META_TOOL = {
+    "name": "meta",
+    "description": "The _meta this call arrived with, as JSON (e.g. the trace context).",
+    "inputSchema": {"type": "object", "properties": {}},
+    "annotations": {"readOnlyHint": True},
+}
+
 
 def _whoami(ctx: Any, params: types.CallToolRequestParams, jwks_url: str, audience: str) -> str:
     """Verify the caller's identity token with a JWT library (PyJWT) against Toolroom's keys:
@@ -99,6 +106,8 @@ def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     tools = _echo_tools() + (MEMORY_TOOLS if args.memory else [])
     if args.verify_identity:
         tools.append(WHOAMI_TOOL)
+    if args.echo_meta:
+        tools.append(META_TOOL)
     if args.tool_count:
         tools = [
             {
@@ -159,6 +168,8 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
                     content=[types.TextContent(type="text", text=f"identity refused: {exc}")],
                     is_error=True,
                 )
+        elif params.name == "meta" and args.echo_meta:
+            text = json.dumps(dict(params.meta or {}), default=str)
         elif params.name == "remember" and args.memory:
             _memory.append(str(arguments.get("text", "")))
             text = "remembered"
@@ -262,6 +273,7 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true", help="add remember/recall tools")
     parser.add_argument("--verify-identity", help="JWKS URL: add a whoami tool that verifies")
     parser.add_argument("--audience", default="", help="the audience whoami expects")
+    parser.add_argument("--echo-meta", action="store_true", help="add a meta tool")
     parser.add_argument("--garbage", action="store_true", help="print only garbage on stdout")
     parser.add_argument("--stderr-lines", type=int, default=0)
     parser.add_argument("--http", type=int, help="serve Streamable HTTP on this port")

@@ -38,7 +38,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from registry.core.netguard import UnsafeUrlError, check_resolved_address
+from registry.core.tracing import mcp_span
 from workers.adapters.sandbox.errors import SandboxError
+from workers.adapters.sandbox.transport import SandboxTransport
 
 CLIENT_INFO = types.Implementation(name="toolroom", version="0.1.0")
 
@@ -328,8 +330,9 @@ class McpConnection:
         return self._stderr_tail()
 
     async def wait_process_gone(self) -> None:
-        """Return when a local (stdio) server's process has exited: its stderr pipe reached the
-        end once every process holding it was gone. Never returns for remote servers."""
+        """Return when a local server's process has exited (its stderr pipe reached the end once
+        every process holding it was gone) or a sandboxed server's container has (its attach
+        stream ended). Never returns for remote servers."""
         if self._process_gone is None:
             await anyio.sleep_forever()
             return
@@ -340,6 +343,13 @@ class McpConnection:
         return self.identity.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
 
     async def _call(self, what: str, fn: Callable[[], Any], timeout: float | None = None) -> Any:
+        method, _, subject = what.partition(" ")
+        with mcp_span(method, attributes={"mcp.subject": subject} if subject else None):
+            return await self._call_untraced(what, fn, timeout)
+
+    async def _call_untraced(
+        self, what: str, fn: Callable[[], Any], timeout: float | None = None
+    ) -> Any:
         limit = timeout if timeout is not None else self._deadlines.call
         try:
             with anyio.fail_after(limit):
@@ -406,16 +416,18 @@ class McpConnection:
         timeout: float | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Call a tool; `meta` goes into the request's `_meta` (e.g. a caller's identity)."""
-        result = await self._call(
-            f"tools/call {name}",
-            lambda: self._client.call_tool(
-                name,
-                dict(arguments or {}),
-                meta=cast(types.RequestParamsMeta, dict(meta)) if meta else None,
-            ),
-            timeout=timeout,
-        )
+        """Call a tool; `meta` goes into the request's `_meta` (e.g. a caller's identity, and the
+        W3C `traceparent` of the call's span when tracing is on)."""
+        with mcp_span("tools/call", meta=meta, attributes={"mcp.subject": name}) as sent:
+            result = await self._call_untraced(
+                f"tools/call {name}",
+                lambda: self._client.call_tool(
+                    name,
+                    dict(arguments or {}),
+                    meta=cast(types.RequestParamsMeta, sent) if sent else None,
+                ),
+                timeout=timeout,
+            )
         return _wire(result)
 
     async def read_resource(self, uri: str, *, timeout: float | None = None) -> dict[str, Any]:
@@ -617,9 +629,13 @@ async def connect(
                         if stderr is not None:
                             stderr.close_write_end()
                         try:
-                            yield McpConnection(
-                                client, deadlines, tail, stderr.eof if stderr else None
-                            )
+                            if stderr is not None:
+                                gone: anyio.Event | None = stderr.eof
+                            elif isinstance(transport, SandboxTransport):
+                                gone = transport.exited
+                            else:
+                                gone = None
+                            yield McpConnection(client, deadlines, tail, gone)
                         except BaseException as exc:
                             body_error = exc
                             raise

@@ -23,6 +23,7 @@ import mcp_types as types
 from django.core.exceptions import ImproperlyConfigured, SynchronousOnlyOperation
 from django.db import close_old_connections
 
+from registry.core.tracing import mcp_span
 from registry.gateway import calls as checks
 from registry.gateway import runtimes
 from registry.gateway.calls import CallDecision, CallTarget
@@ -101,6 +102,13 @@ class Operation:
     kind: str = "call_tool"  # call_tool | read_resource | get_prompt
     name: str = ""  # the server's resource URI or prompt name
     arguments: dict[str, Any] | None = None
+
+    @property
+    def method(self) -> str:
+        """The MCP method this operation sends."""
+        return {"read_resource": "resources/read", "get_prompt": "prompts/get"}.get(
+            self.kind, "tools/call"
+        )
 
     async def run(
         self,
@@ -386,8 +394,16 @@ class Gateway:
                 finally:
                     gate.waiting -= 1
                 try:
-                    meta = self._identity_meta(decision, target, identity)
-                    result = await self._attempts(target, key, arguments, end, meta, op)
+                    with mcp_span(
+                        op.method,
+                        meta=self._identity_meta(decision, target, identity),
+                        span_prefix="gateway",
+                        attributes={
+                            "toolroom.server": target.server_slug,
+                            "mcp.subject": op.name or target.tool_name,
+                        },
+                    ) as meta:
+                        result = await self._attempts(target, key, arguments, end, meta, op)
                 finally:
                     gate.semaphore.release()
         except TimeoutError:

@@ -231,6 +231,11 @@ class SandboxTransport:
     def stderr_tail(self) -> tuple[str, ...]:
         return self._stderr.tail()
 
+    @property
+    def exited(self) -> anyio.Event:
+        """Set when the container's attach stream ended: it exited, was killed or was stopped."""
+        return self._state.exited
+
     async def __aenter__(self) -> TransportStreams:
         if self._context is not None:
             raise RuntimeError("A SandboxTransport is entered once; make a new one per session.")
