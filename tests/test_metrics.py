@@ -80,6 +80,36 @@ def test_the_fleet_state_is_read_at_scrape_time(client):
     assert "toolroom_catalogue_requests_total" in text
 
 
+def test_the_gateways_recent_calls_come_from_its_call_audit(client):
+    from registry.gateway.models import CallOutcome, ToolCall
+
+    now = timezone.now()
+
+    def call(server, outcome, ms, *, minutes_ago=1):
+        ToolCall.objects.create(
+            started_at=now - timedelta(minutes=minutes_ago),
+            duration_ms=ms,
+            server_slug=server,
+            name=f"{server}__echo",
+            via="mcp",
+            outcome=outcome,
+        )
+
+    call("files", CallOutcome.OK, 10.0)
+    call("files", CallOutcome.OK, 30.0)
+    call("files", CallOutcome.FAILED, 5000.0)
+    call("files", CallOutcome.OK, 99999.0, minutes_ago=10)  # outside the window
+    call("clock", CallOutcome.REFUSED, 1.0)
+
+    text = client.get("/metrics").content.decode()
+
+    assert 'toolroom_gateway_calls_5m{outcome="ok",server="files"} 2.0' in text
+    assert 'toolroom_gateway_calls_5m{outcome="failed",server="files"} 1.0' in text
+    assert 'toolroom_gateway_calls_5m{outcome="refused",server="clock"} 1.0' in text
+    assert 'toolroom_gateway_call_milliseconds_avg_5m{server="files"} 1680.0' in text
+    assert 'toolroom_gateway_call_milliseconds_max_5m{server="files"} 5000.0' in text
+
+
 def test_sandbox_containers_come_from_the_workers_heartbeats(client):
     from registry.core.models import ProcessHeartbeat
     from workers.heartbeat import sandbox_state

@@ -7,9 +7,10 @@ the fleet read from the database and the broker when Prometheus scrapes.
   writes its samples there and a scrape sums them (prometheus-client's multiprocess mode).
 - **Read at scrape time** (`FleetCollector`): discovery runs and stuck runs, servers by health,
   last check latency and failures per server, warm runtimes by state and their restarts, queue
-  depths, access requests waiting, heartbeats' ages, readiness per component. What the workers do
-  is in the database already, so workers need no endpoint of their own and no shared directory
-  across containers.
+  depths, access requests waiting, heartbeats' ages, readiness per component, the gateway's calls
+  of the last five minutes (from its call audit, which lags by the gateway's batch interval).
+  What the workers and the gateway do is in the database already, so they need no endpoint of
+  their own and no shared directory across containers.
 
 Access: a bearer token (`TOOLROOM_METRICS_TOKEN`) or a client address within
 `TOOLROOM_METRICS_ALLOWED_NETWORKS` (default: loopback only); anything else gets 404.
@@ -27,7 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 from prometheus_client import (
     CollectorRegistry,
@@ -239,6 +240,54 @@ class FleetCollector(Collector):
             containers.add_metric([owner], count)
         yield ages
         yield containers
+        yield from _gateway_calls(now)
+
+
+GATEWAY_WINDOW = timedelta(minutes=5)
+
+
+def _gateway_calls(now: Any) -> Iterator[Metric]:
+    """The gateway's calls of the last five minutes, from its call audit (written in batches by
+    every gateway process, so the scrape sees all of them without a shared directory)."""
+    from registry.gateway.models import ToolCall  # noqa: PLC0415
+
+    calls = GaugeMetricFamily(
+        "toolroom_gateway_calls_5m",
+        "Tool calls through the gateway in the last five minutes, by server and outcome.",
+        labels=["server", "outcome"],
+    )
+    average = GaugeMetricFamily(
+        "toolroom_gateway_call_milliseconds_avg_5m",
+        "Average duration of the gateway's calls in the last five minutes, by server.",
+        labels=["server"],
+    )
+    slowest = GaugeMetricFamily(
+        "toolroom_gateway_call_milliseconds_max_5m",
+        "Slowest gateway call in the last five minutes, by server.",
+        labels=["server"],
+    )
+    rows = (
+        ToolCall.objects.filter(started_at__gte=now - GATEWAY_WINDOW)
+        .values("server_slug", "outcome")
+        .annotate(count=Count("id"), total=Sum("duration_ms"), slowest=Max("duration_ms"))
+        .order_by("server_slug", "outcome")
+    )
+    per_server: dict[str, tuple[int, float, float]] = {}
+    for row in rows:
+        server = row["server_slug"] or "(unknown)"
+        calls.add_metric([server, row["outcome"]], row["count"])
+        count, total, most = per_server.get(server, (0, 0.0, 0.0))
+        per_server[server] = (
+            count + row["count"],
+            total + (row["total"] or 0.0),
+            max(most, row["slowest"] or 0.0),
+        )
+    for server, (count, total, most) in per_server.items():
+        average.add_metric([server], total / count if count else 0.0)
+        slowest.add_metric([server], most)
+    yield calls
+    yield average
+    yield slowest
 
 
 def metrics_exposition() -> bytes:
