@@ -86,7 +86,12 @@ class _Request:
 
 
 _STOP = object()
-_DEAD = object()
+
+
+class _Dead:
+    """Put on the queue when a session is found dead. Each session makes its own: the probe
+    that finds the session closed and the exit watcher may both report one death, and the second
+    report must not end the next session (an earlier one shared marker did exactly that)."""
 
 
 class WarmRuntime:
@@ -207,6 +212,7 @@ class WarmRuntime:
 
     async def _serve(self, connection: McpConnection) -> McpFailure | None:
         death: list[McpFailure] = []
+        dead = _Dead()
 
         async def handle(request: _Request) -> None:
             try:
@@ -216,7 +222,7 @@ class WarmRuntime:
                     request.future.set_exception(failure)
                 if failure.kind == "closed" or (request.fatal and failure.kind == "timeout"):
                     death.append(failure)
-                    await self.queue.put(_DEAD)
+                    await self.queue.put(dead)
             except Exception as exc:
                 if not request.future.done():
                     request.future.set_exception(exc)
@@ -235,7 +241,7 @@ class WarmRuntime:
                     stderr_tail=connection.stderr_tail(),
                 )
             )
-            await self.queue.put(_DEAD)
+            await self.queue.put(dead)
 
         async with anyio.create_task_group() as group:
             group.start_soon(watch)
@@ -244,9 +250,11 @@ class WarmRuntime:
                 if item is _STOP:
                     group.cancel_scope.cancel()
                     return None
-                if item is _DEAD:
+                if item is dead:
                     group.cancel_scope.cancel()
                     return death[0]
+                if isinstance(item, _Dead):
+                    continue  # an earlier session's death, reported twice: handled already
                 group.start_soon(handle, item)
         return None
 
