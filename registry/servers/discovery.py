@@ -317,7 +317,10 @@ def discovery_record(
     *, run: DiscoveryRun, outcome: DiscoveryOutcome, actor: Actor = "worker:discovery"
 ) -> DiscoveryRun:
     """Store what a discovery found: tools, resources, prompts, identity, vetting report."""
-    server = McpServer.objects.select_for_update().get(pk=run.server_id)
+    # FOR NO KEY UPDATE: other writers of the server wait, but rows that merely point at it
+    # (a health sample, an audit event: their foreign keys take KEY SHARE) do not, so a health
+    # batch that holds this server's status row and inserts its sample cannot deadlock with us.
+    server = McpServer.objects.select_for_update(no_key=True).get(pk=run.server_id)
     status, _ = ServerStatus.objects.select_for_update().get_or_create(server=server)
     now = timezone.now()
     # A server may print its env or echo its headers: nothing kept shows a stored secret.

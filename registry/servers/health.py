@@ -159,9 +159,13 @@ def health_record(*, results: Iterable[HealthResult]) -> list[int]:
     if not results:
         return []
     now = timezone.now()
+    # Only the status rows are locked (`of`): the joined server rows are read, not locked. A
+    # FOR UPDATE over the join also locked the servers' rows, in whatever order the join
+    # produced them, and deadlocked with discovery_record, which locks the server, then its
+    # status (PostgreSQL; seen in the worker end-to-end test).
     statuses = {
         s.server_id: s
-        for s in ServerStatus.objects.select_for_update()
+        for s in ServerStatus.objects.select_for_update(of=("self",))
         .select_related("server")
         .filter(server_id__in=[r.server_id for r in results])
     }
