@@ -25,6 +25,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_port_pair() -> int:
+    """A free port P whose neighbour P+1 is free too: `make run` serves the gateway on PORT+1."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two neighbouring free ports found")
+
+
 def wait_for_port(port: int, *, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -21,7 +21,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.mcp_fixtures import free_port
+from tests.mcp_fixtures import free_port_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scripts" / "quickstart.py"
@@ -168,7 +168,7 @@ def test_the_quickstart_serves_the_asgi_app_on_loopback_only():
 def test_the_quickstart_discovers_and_checks_the_demo_servers(tmp_path):
     """What a newcomer sees after `make run`: demo servers discovered and health-checked by a
     real worker and beat on the embedded broker (no Redis), then everything stops cleanly."""
-    port = free_port()
+    port = free_port_pair()  # the gateway takes port + 1
     env = {
         key: value
         for key, value in os.environ.items()
@@ -213,7 +213,8 @@ def test_the_quickstart_discovers_and_checks_the_demo_servers(tmp_path):
             "WHERE s.slug = 'time' ORDER BY t.name"
         )
     finally:
-        os.killpg(process.pid, signal.SIGINT)
+        with contextlib.suppress(ProcessLookupError):  # it may have stopped by itself
+            os.killpg(process.pid, signal.SIGINT)
         output, _ = process.communicate(timeout=60)
     text = output.decode(errors="replace")
     assert demo_time_state() == [("succeeded", "healthy")], text[-3000:]
@@ -252,7 +253,7 @@ def test_a_quickstart_with_an_engine_discovers_all_six_demo_servers(tmp_path):
     """The demo's sandboxed servers (fetch, filesystem, memory, everything) as well as the local
     ones: `make run` prepares the sandbox in the background (base images built where missing,
     reused here) and the worker discovers them in containers on the real engine."""
-    port = free_port()
+    port = free_port_pair()  # the gateway takes port + 1
     env = {
         key: value
         for key, value in os.environ.items()
@@ -292,7 +293,8 @@ def test_a_quickstart_with_an_engine_discovers_all_six_demo_servers(tmp_path):
         with contextlib.closing(sqlite3.connect(database, timeout=10)) as db:
             preparation = db.execute("SELECT state FROM servers_sandboxpreparation").fetchall()
     finally:
-        os.killpg(process.pid, signal.SIGINT)
+        with contextlib.suppress(ProcessLookupError):  # it may have stopped by itself
+            os.killpg(process.pid, signal.SIGINT)
         output, _ = process.communicate(timeout=60)
     text = output.decode(errors="replace")
     assert found == DEMO_SLUGS, text[-4000:]
