@@ -165,9 +165,9 @@ def test_the_quickstart_serves_the_asgi_app_on_loopback_only():
     assert beat.argv[1:7] == ["-m", "celery", "-A", "workers", "--quiet", "beat"]
 
 
-def test_the_quickstart_discovers_and_checks_the_demo_servers(tmp_path):
-    """What a newcomer sees after `make run`: demo servers discovered and health-checked by a
-    real worker and beat on the embedded broker (no Redis), then everything stops cleanly."""
+def _start_quickstart(data_dir):
+    """`make run`'s supervisor on free ports, with a fresh data dir and none of this suite's
+    settings (no Redis, no PostgreSQL: the embedded defaults a newcomer gets)."""
     port = free_port_pair()  # the gateway takes port + 1
     env = {
         key: value
@@ -175,14 +175,20 @@ def test_the_quickstart_discovers_and_checks_the_demo_servers(tmp_path):
         if key not in ("REDIS_URL", "DATABASE_URL", "TOOLROOM_PROFILE", "DJANGO_SETTINGS_MODULE")
         and not key.startswith("TOOLROOM_")
     }
-    env.update({"PORT": str(port), "TOOLROOM_DATA_DIR": str(tmp_path)})
-    process = subprocess.Popen(
+    env.update({"PORT": str(port), "TOOLROOM_DATA_DIR": str(data_dir)})
+    return subprocess.Popen(
         [sys.executable, str(QUICKSTART)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+def test_the_quickstart_discovers_and_checks_the_demo_servers(tmp_path):
+    """What a newcomer sees after `make run`: demo servers discovered and health-checked by a
+    real worker and beat on the embedded broker (no Redis), then everything stops cleanly."""
+    process = _start_quickstart(tmp_path)
     database = tmp_path / "toolroom.sqlite3"
 
     def query(sql):
@@ -253,21 +259,7 @@ def test_a_quickstart_with_an_engine_discovers_all_six_demo_servers(tmp_path):
     """The demo's sandboxed servers (fetch, filesystem, memory, everything) as well as the local
     ones: `make run` prepares the sandbox in the background (base images built where missing,
     reused here) and the worker discovers them in containers on the real engine."""
-    port = free_port_pair()  # the gateway takes port + 1
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("REDIS_URL", "DATABASE_URL", "TOOLROOM_PROFILE", "DJANGO_SETTINGS_MODULE")
-        and not key.startswith("TOOLROOM_")
-    }
-    env.update({"PORT": str(port), "TOOLROOM_DATA_DIR": str(tmp_path)})
-    process = subprocess.Popen(
-        [sys.executable, str(QUICKSTART)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    process = _start_quickstart(tmp_path)
     database = tmp_path / "toolroom.sqlite3"
 
     def discovered():
