@@ -85,7 +85,10 @@ class UpstreamSession:
                 target = dataclasses.replace(target, meta_headers=self.pool.meta_headers)
             deadlines = Deadlines(connect=CONNECT_DEADLINE, call=300.0)
             async with connect(
-                target, deadlines=deadlines, mode=mode_for(self.plan.protocol_version)
+                target,
+                deadlines=deadlines,
+                mode=mode_for(self.plan.protocol_version),
+                answer_questions=self.pool.answer_questions,
             ) as connection:
                 self.ready.set()
                 await self._serve(connection)
@@ -143,10 +146,16 @@ class UpstreamPool:
     """The upstream sessions of one gateway process."""
 
     def __init__(
-        self, *, idle_seconds: float, meta_headers: Mapping[str, str] | None = None
+        self,
+        *,
+        idle_seconds: float,
+        meta_headers: Mapping[str, str] | None = None,
+        answer_questions: bool = False,
     ) -> None:
         self.idle_seconds = idle_seconds
         self.meta_headers = dict(meta_headers or {})
+        # Sessions declare elicitation and pass a server's question to its call's asker.
+        self.answer_questions = answer_questions
         self.sessions: dict[tuple[int, str], UpstreamSession] = {}
         self._group: TaskGroup | None = None
 

@@ -85,6 +85,53 @@ META_TOOL = {
 }
 
 
+CONFIRM_TOOL = {
+    "name": "confirm",
+    "description": "Ask the user to confirm (elicitation), then say what they answered.",
+    "inputSchema": {"type": "object", "properties": {"what": {"type": "string"}}},
+    "annotations": {"readOnlyHint": True},
+}
+CONFIRM_SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "note": {"type": "string"}},
+    "required": ["ok"],
+}
+
+
+async def _confirm(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | Any:
+    """Ask mid-call: `elicitation/create` on the handshake, `input_required` on 2026-07-28."""
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    what = str((params.arguments or {}).get("what", "this"))
+    message = f"Go ahead with {what}?"
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        answer = (params.input_responses or {}).get("confirm")
+        if answer is None:
+            return types.InputRequiredResult(
+                input_requests={
+                    "confirm": types.ElicitRequest(
+                        params=types.ElicitRequestFormParams(
+                            message=message, requested_schema=CONFIRM_SCHEMA
+                        )
+                    )
+                }
+            )
+        data = answer.model_dump(by_alias=True, exclude_none=True, mode="json")
+    else:
+        try:
+            elicited = await ctx.session.elicit_form(
+                message, CONFIRM_SCHEMA, related_request_id=ctx.request_id
+            )
+        except Exception as exc:  # the client answered the question with an error
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=f"not asked: {exc}")],
+                is_error=True,
+            )
+        data = elicited.model_dump(by_alias=True, exclude_none=True, mode="json")
+    text = f"{data.get('action')}:{json.dumps(data.get('content'), sort_keys=True)}"
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+
 def _whoami(ctx: Any, params: types.CallToolRequestParams, jwks_url: str, audience: str) -> str:
     """Verify the caller's identity token with a JWT library (PyJWT) against Toolroom's keys:
     from the X-Toolroom-Identity header over HTTP when there is one, else from `_meta`."""
@@ -108,6 +155,8 @@ def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
         tools.append(WHOAMI_TOOL)
     if args.echo_meta:
         tools.append(META_TOOL)
+    if args.elicit:
+        tools.append(CONFIRM_TOOL)
     if args.tool_count:
         tools = [
             {
@@ -148,8 +197,13 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         next_cursor = str(start + PAGE_SIZE) if start + PAGE_SIZE < len(tools) else None
         return types.ListToolsResult(tools=page, next_cursor=next_cursor)
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
         arguments = params.arguments or {}
+        if args.arrivals:  # when each call arrived, for tests that time retries
+            with Path(args.arrivals).open("a") as arrivals:
+                arrivals.write(f"{time.time()} {params.name}\n")
+        if params.name == "confirm" and args.elicit:
+            return await _confirm(ctx, params)
         if args.hang_on == "call":
             await anyio.sleep_forever()
         if args.crash_on_call:
@@ -194,6 +248,16 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             ]
         )
 
+    async def list_resource_templates(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        templates = (
+            [types.ResourceTemplate(uri_template="memo://notes/{id}", name="note")]
+            if args.templates
+            else []
+        )
+        return types.ListResourceTemplatesResult(resource_templates=templates)
+
     async def list_prompts(
         ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
@@ -204,6 +268,16 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
     async def read_resource(
         ctx: Any, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        if args.templates and uri.startswith("memo://notes/"):
+            note = uri.removeprefix("memo://notes/")
+            return types.ReadResourceResult(
+                contents=[
+                    types.TextResourceContents(
+                        uri=uri, mime_type="text/plain", text=f"note {note} of {args.name}"
+                    )
+                ]
+            )
         return types.ReadResourceResult(
             contents=[
                 types.TextResourceContents(
@@ -229,6 +303,7 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,
+        on_list_resource_templates=list_resource_templates,
         on_read_resource=read_resource,
         on_list_prompts=list_prompts,
         on_get_prompt=get_prompt,
@@ -274,6 +349,9 @@ def main() -> None:
     parser.add_argument("--verify-identity", help="JWKS URL: add a whoami tool that verifies")
     parser.add_argument("--audience", default="", help="the audience whoami expects")
     parser.add_argument("--echo-meta", action="store_true", help="add a meta tool")
+    parser.add_argument("--elicit", action="store_true", help="add a confirm tool that asks")
+    parser.add_argument("--templates", action="store_true", help="offer a resource template")
+    parser.add_argument("--arrivals", help="append each tools/call's arrival time to this file")
     parser.add_argument("--garbage", action="store_true", help="print only garbage on stdout")
     parser.add_argument("--stderr-lines", type=int, default=0)
     parser.add_argument("--http", type=int, help="serve Streamable HTTP on this port")

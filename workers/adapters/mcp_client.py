@@ -14,7 +14,9 @@ the SDK requires.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
+import itertools
 import json
 import math
 import os
@@ -22,7 +24,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TextIO, cast
 
@@ -59,6 +61,57 @@ FailureKind = Literal[
     "closed",  # the server went away (process exited, connection dropped)
     "protocol",  # the server answered with an MCP error or something that is not MCP
 ]
+
+
+# Passing an upstream's question (elicitation) on to whoever made the call: `Asker` takes the
+# request's params in wire form and returns the answer in wire form, or raises `AskRefused`.
+Asker = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+# The call running in this task (0: none): the SDK client's 2026-07-28 input_required driver
+# dispatches in the calling task, so it finds the right caller here.
+_current_call: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "toolroom_current_call", default=0
+)
+_call_ids = itertools.count(1)
+
+
+class AskRefused(Exception):
+    """The caller cannot answer an upstream's question; the message says why (for the server)."""
+
+
+class _Askers:
+    """The askers of the calls in flight on one session (None: a caller that cannot answer).
+
+    A handshake server's `elicitation/create` does not say which of our requests it belongs to,
+    so it is passed on only when exactly one call is in flight on the session; otherwise the
+    server is told no one can answer (never a guess: that could show one caller's question to
+    another)."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[int, Asker | None] = {}
+
+    async def elicit(
+        self, context: Any, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        call_id = _current_call.get()
+        if call_id in self.in_flight:
+            asker = self.in_flight[call_id]
+        else:
+            if len(self.in_flight) != 1:
+                return types.ErrorData(
+                    code=types.INVALID_REQUEST,
+                    message="Toolroom cannot tell which of its callers this question is for "
+                    f"({len(self.in_flight)} calls in flight on this session).",
+                )
+            (asker,) = self.in_flight.values()
+        if asker is None:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST, message="The caller cannot answer questions mid-call."
+            )
+        try:
+            answer = await asker(_wire(params))
+        except AskRefused as exc:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
+        return types.ElicitResult.model_validate(answer)
 
 
 class McpFailure(Exception):
@@ -314,8 +367,10 @@ class McpConnection:
         deadlines: Deadlines,
         stderr_tail: Callable[[], str],
         process_gone: anyio.Event | None = None,
+        askers: _Askers | None = None,
     ) -> None:
         self._client = client
+        self._askers = askers
         self._deadlines = deadlines
         self._stderr_tail = stderr_tail
         self._process_gone = process_gone
@@ -415,9 +470,36 @@ class McpConnection:
         *,
         timeout: float | None = None,
         meta: Mapping[str, Any] | None = None,
+        asker: Asker | None = None,
     ) -> dict[str, Any]:
         """Call a tool; `meta` goes into the request's `_meta` (e.g. a caller's identity, and the
-        W3C `traceparent` of the call's span when tracing is on)."""
+        W3C `traceparent` of the call's span when tracing is on). On a session opened with
+        `answer_questions`, a question the server asks during the call goes to `asker`."""
+        with self._asking(asker):
+            return await self._call_tool(name, arguments, timeout=timeout, meta=meta)
+
+    @contextlib.contextmanager
+    def _asking(self, asker: Asker | None) -> Any:
+        if self._askers is None:
+            yield
+            return
+        call_id = next(_call_ids)
+        self._askers.in_flight[call_id] = asker
+        token = _current_call.set(call_id)
+        try:
+            yield
+        finally:
+            _current_call.reset(token)
+            del self._askers.in_flight[call_id]
+
+    async def _call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        timeout: float | None,
+        meta: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
         with mcp_span("tools/call", meta=meta, attributes={"mcp.subject": name}) as sent:
             result = await self._call_untraced(
                 f"tools/call {name}",
@@ -587,8 +669,12 @@ async def connect(
     *,
     deadlines: Deadlines | None = None,
     mode: str = "auto",
+    answer_questions: bool = False,
 ) -> AsyncIterator[McpConnection]:
     """Open a session to `target`, negotiating the 2026-07-28 protocol or the handshake.
+
+    With `answer_questions` the client declares elicitation and passes a server's question to
+    the asker of the call it belongs to (`McpConnection.call_tool(asker=...)`).
 
     Raises McpFailure when the server cannot be started or reached, or does not complete the
     handshake within `deadlines.connect` seconds.
@@ -604,6 +690,7 @@ async def connect(
         return ""
 
     doing = f"connecting to {target.describe()}"
+    askers = _Askers() if answer_questions else None
     connected = False
     body_error: BaseException | None = None
     try:
@@ -623,6 +710,7 @@ async def connect(
                         cache=None,
                         client_info=CLIENT_INFO,
                         read_timeout_seconds=deadlines.call,
+                        elicitation_callback=askers.elicit if askers is not None else None,
                     ) as client:
                         connect_scope.deadline = math.inf
                         connected = True
@@ -635,7 +723,7 @@ async def connect(
                                 gone = transport.exited
                             else:
                                 gone = None
-                            yield McpConnection(client, deadlines, tail, gone)
+                            yield McpConnection(client, deadlines, tail, gone, askers)
                         except BaseException as exc:
                             body_error = exc
                             raise

@@ -77,6 +77,7 @@ def build_gateway_app() -> Starlette:
     pool = UpstreamPool(
         idle_seconds=float(settings.TOOLROOM_GATEWAY_IDLE_SECONDS),
         meta_headers={IDENTITY_META: IDENTITY_HEADER},
+        answer_questions=True,
     )
     gateway = Gateway(pool=pool, recorder=recorder)
     server = GatewayServer(

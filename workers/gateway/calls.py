@@ -33,7 +33,13 @@ from registry.gateway.services import ToolCallRecord, server_circuit_trip
 from registry.servers.launch import LaunchPlan, server_launch_plan
 from registry.servers.models import McpServer
 from registry.teams.tokens import AgentIdentity
-from workers.adapters.mcp_client import McpConnection, McpFailure
+from workers.adapters.mcp_client import Asker, McpConnection, McpFailure
+from workers.gateway.questions import (
+    INPUT_NOT_CARRIED,
+    REST_CANNOT_CARRY,
+    CallQuestions,
+    current_questions,
+)
 from workers.gateway.recorder import CallRecorder
 from workers.gateway.runtime_link import RuntimeLink
 from workers.session_pool import UpstreamPool
@@ -118,12 +124,15 @@ class Operation:
         *,
         timeout: float,
         meta: dict[str, Any] | None,
+        asker: Asker | None = None,
     ) -> dict[str, Any]:
         if self.kind == "read_resource":
             return await connection.read_resource(self.name, timeout=timeout)
         if self.kind == "get_prompt":
             return await connection.get_prompt(self.name, self.arguments, timeout=timeout)
-        return await connection.call_tool(target.tool_name, arguments, timeout=timeout, meta=meta)
+        return await connection.call_tool(
+            target.tool_name, arguments, timeout=timeout, meta=meta, asker=asker
+        )
 
 
 TOOL_CALL = Operation()
@@ -272,7 +281,9 @@ class Gateway:
         arguments: Mapping[str, Any],
         conversation: str,
         via: str,
+        questions: CallQuestions | None = None,
     ) -> GatewayResult:
+        """`questions`: where a question the server asks mid-call goes (none: refused)."""
         started = time.time()
         clock = time.perf_counter()
         decision = await cached_or_in_thread(
@@ -292,9 +303,15 @@ class Gateway:
                 decision=decision,
             )
         else:
-            result = await self._call_upstream(
-                decision, decision.target, identity, arguments, conversation, TOOL_CALL
-            )
+            if questions is None:
+                questions = CallQuestions(None, why_not=REST_CANNOT_CARRY if via == "rest" else "")
+            token = current_questions.set(questions)
+            try:
+                result = await self._call_upstream(
+                    decision, decision.target, identity, arguments, conversation, TOOL_CALL
+                )
+            finally:
+                current_questions.reset(token)
         self._record(
             identity=identity,
             decision=decision,
@@ -420,6 +437,9 @@ class Gateway:
                 breaker.success()
             return failed(_FAILURE_CODES.get(failure.kind, UPSTREAM_PROTOCOL), failure.message)
         breaker.success()
+        questions = current_questions.get()
+        if questions is not None and questions.refused:
+            return failed(INPUT_NOT_CARRIED, questions.refusal())
         if target.is_private_data and not result.get("isError"):
             await cached_or_in_thread(
                 checks.conversation_mark_private_data,
@@ -522,9 +542,12 @@ class Gateway:
 
         session, _ = await self.pool.session(key, plan)
         remaining = max(0.05, end - time.monotonic())
+        asker = current_questions.get()
 
         async def work(connection: McpConnection) -> dict[str, Any]:
-            return await op.run(connection, target, arguments, timeout=remaining, meta=meta)
+            return await op.run(
+                connection, target, arguments, timeout=remaining, meta=meta, asker=asker
+            )
 
         return await session.request(work)
 

@@ -22,11 +22,13 @@ from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from registry.gateway.calls import UNKNOWN_TOOL
-from registry.gateway.content import ContentEntry, agent_content
+from registry.gateway.content import ContentEntry, agent_content, resource_lookup
 from registry.gateway.listing import team_catalogue_version, tools_list_document
 from registry.teams.tokens import AgentIdentity
 from workers.gateway.auth import AgentPrincipal
 from workers.gateway.calls import Gateway, Operation, cached_or_in_thread
+from workers.gateway.questions import client_asker
+from workers.gateway.subscriptions import TeamListen
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +97,7 @@ class GatewayServer:
         self.window = conversation_window_seconds
         self._lists: dict[str, types.ListToolsResult] = {}
         self._watched: dict[str, asyncio.Task[None]] = {}
+        self.listen = TeamListen()
 
     def build(self) -> Server[Any]:
         return _ToolroomServer(
@@ -111,9 +114,11 @@ class GatewayServer:
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
             on_list_resources=self.list_resources,
+            on_list_resource_templates=self.list_resource_templates,
             on_read_resource=self.read_resource,
             on_list_prompts=self.list_prompts,
             on_get_prompt=self.get_prompt,
+            on_subscriptions_listen=self.listen,
         )
 
     async def list_tools(
@@ -169,6 +174,14 @@ class GatewayServer:
             {"resources": [entry.listing for entry in content.resources.values()]}
         )
 
+    async def list_resource_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        content = await cached_or_in_thread(agent_content, identity=caller(ctx))
+        return types.ListResourceTemplatesResult.model_validate(
+            {"resourceTemplates": [entry.listing for entry in content.templates]}
+        )
+
     async def list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
@@ -183,7 +196,7 @@ class GatewayServer:
         identity = caller(ctx)
         content = await cached_or_in_thread(agent_content, identity=identity)
         uri = str(params.uri)
-        entry = content.resources.get(uri)
+        entry = resource_lookup(content, uri)
         if entry is None:
             raise MCPError(types.INVALID_PARAMS, f"No resource '{uri}' is offered to this team.")
         outcome = await self._forward(
@@ -239,6 +252,7 @@ class GatewayServer:
             arguments=params.arguments or {},
             conversation=conversation_key(ctx, identity, window_seconds=self.window),
             via="mcp",
+            questions=client_asker(ctx),
         )
         if outcome.code == UNKNOWN_TOOL:
             raise MCPError(types.INVALID_PARAMS, outcome.decision.message)
