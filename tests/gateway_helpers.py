@@ -60,14 +60,19 @@ async def gateway_client(
     mode: str = "auto",
     headers: dict[str, str] | None = None,
     message_handler: Any = None,
+    **client_options: Any,
 ) -> AsyncIterator[Client]:
-    """An SDK client of the gateway, authenticated with an agent token."""
+    """An SDK client of the gateway, authenticated with an agent token (`client_options`: more
+    `Client` arguments, e.g. an elicitation callback)."""
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}", **(headers or {})},
         timeout=httpx2.Timeout(60.0),
     )
     transport = streamable_http_client(url, http_client=http)
-    async with http, Client(transport, mode=mode, message_handler=message_handler) as client:
+    async with (
+        http,
+        Client(transport, mode=mode, message_handler=message_handler, **client_options) as client,
+    ):
         yield client
 
 
