@@ -435,11 +435,16 @@ class Gateway:
                     await self._trip(target, failure)
             else:
                 breaker.success()
-            return failed(_FAILURE_CODES.get(failure.kind, UPSTREAM_PROTOCOL), failure.message)
-        breaker.success()
         questions = current_questions.get()
         if questions is not None and questions.refused:
+            # The server asked what the caller cannot be asked: say so, whatever came of it
+            # (a 2026-07-28 server's input_required ends the call with an error here).
+            if failure is None:
+                breaker.success()
             return failed(INPUT_NOT_CARRIED, questions.refusal())
+        if failure is not None:
+            return failed(_FAILURE_CODES.get(failure.kind, UPSTREAM_PROTOCOL), failure.message)
+        breaker.success()
         if target.is_private_data and not result.get("isError"):
             await cached_or_in_thread(
                 checks.conversation_mark_private_data,
