@@ -85,6 +85,15 @@ META_TOOL = {
 }
 
 
+LEAK_TOOLS = [
+    {
+        "name": name,
+        "description": "Fail, echoing the credentials the call arrived with (a careless server).",
+        "inputSchema": {"type": "object", "properties": {}},
+        "annotations": {"readOnlyHint": True},
+    }
+    for name in ("leak_error", "leak_failure")
+]
 CONFIRM_TOOL = {
     "name": "confirm",
     "description": "Ask the user to confirm (elicitation), then say what they answered.",
@@ -157,6 +166,8 @@ def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
         tools.append(META_TOOL)
     if args.elicit:
         tools.append(CONFIRM_TOOL)
+    if args.leak_secret:
+        tools.extend(LEAK_TOOLS)
     if args.tool_count:
         tools = [
             {
@@ -204,6 +215,17 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
                 arrivals.write(f"{time.time()} {params.name}\n")
         if params.name == "confirm" and args.elicit:
             return await _confirm(ctx, params)
+        if params.name.startswith("leak_") and args.leak_secret:
+            request = getattr(ctx, "request", None)
+            sent = request.headers.get("authorization", "") if request is not None else ""
+            text = f"the upstream API refused the credentials '{sent}'"
+            if params.name == "leak_failure":
+                from mcp import MCPError
+
+                raise MCPError(types.INVALID_PARAMS, text)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=text)], is_error=True
+            )
         if args.hang_on == "call":
             await anyio.sleep_forever()
         if args.crash_on_call:
@@ -349,6 +371,7 @@ def main() -> None:
     parser.add_argument("--verify-identity", help="JWKS URL: add a whoami tool that verifies")
     parser.add_argument("--audience", default="", help="the audience whoami expects")
     parser.add_argument("--echo-meta", action="store_true", help="add a meta tool")
+    parser.add_argument("--leak-secret", action="store_true", help="add tools that echo creds")
     parser.add_argument("--elicit", action="store_true", help="add a confirm tool that asks")
     parser.add_argument("--templates", action="store_true", help="offer a resource template")
     parser.add_argument("--arrivals", help="append each tools/call's arrival time to this file")

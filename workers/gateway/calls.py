@@ -10,6 +10,7 @@ failure becomes a tool result with `isError: true` that names the server and the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -34,6 +35,7 @@ from registry.servers.launch import LaunchPlan, server_launch_plan
 from registry.servers.models import McpServer
 from registry.teams.tokens import AgentIdentity
 from workers.adapters.mcp_client import Asker, McpConnection, McpFailure
+from workers.gateway.masking import SecretMask
 from workers.gateway.questions import (
     INPUT_NOT_CARRIED,
     REST_CANNOT_CARRY,
@@ -257,6 +259,7 @@ class Gateway:
         self.secret = runtimes.runtime_endpoint_secret()
         self.breaker_threshold = BREAKER_THRESHOLD
         self.breaker_cooldown = BREAKER_COOLDOWN_SECONDS
+        self.mask = SecretMask()
 
     def breaker(self, server_id: int) -> _Breaker:
         breaker = self.breakers.get(server_id)
@@ -363,6 +366,31 @@ class Gateway:
         return result
 
     async def _call_upstream(  # noqa: PLR0917 (private steps of one call)
+        self,
+        decision: CallDecision,
+        target: CallTarget,
+        identity: AgentIdentity,
+        arguments: Mapping[str, Any],
+        conversation: str,
+        op: Operation,
+    ) -> GatewayResult:
+        """The call upstream; a failure or an error result with the server's secrets masked."""
+        result = await self._reach(decision, target, identity, arguments, conversation, op)
+        if result.code == checks.ALLOWED and not result.result.get("isError"):
+            return result
+        try:
+            masked = await self.mask.result(target.server_id, decision.version, result.result)
+        except Exception:  # fail closed: no unmasked upstream text without the secrets
+            logger.exception("could not read the secrets of %s", target.server_slug)
+            masked = error_result(
+                code=result.code,
+                message=f"{target.server_slug}: the call failed (the details are withheld: "
+                "Toolroom could not check them for secrets).",
+                server=target.server_slug,
+            )
+        return dataclasses.replace(result, result=masked)
+
+    async def _reach(  # noqa: PLR0917 (private steps of one call)
         self,
         decision: CallDecision,
         target: CallTarget,
