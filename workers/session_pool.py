@@ -60,6 +60,7 @@ class UpstreamSession:
         self.failure: McpFailure | None = None
         self.last_used = time.monotonic()
         self.in_flight = 0
+        self.serving: set[asyncio.Future[Any]] = set()  # the futures of calls being served
 
     @property
     def alive(self) -> bool:
@@ -101,18 +102,23 @@ class UpstreamSession:
             self.finished.set()
             self.ready.set()  # wake waiters: they see `failure`
             self.pool.forget(self)
+            ended = self.failure or McpFailure("closed", "The upstream session closed.")
             while not self.queue.empty():
                 item = self.queue.get_nowait()
                 if isinstance(item, _Work) and not item.future.done():
-                    item.future.set_exception(
-                        self.failure or McpFailure("closed", "The upstream session closed.")
-                    )
+                    item.future.set_exception(ended)
+            # Calls cut off when the session died under them (their tasks were cancelled with
+            # it) end now with why, not at their deadline.
+            for future in list(self.serving):
+                if not future.done():
+                    future.set_exception(ended)
 
     async def _serve(self, connection: McpConnection) -> None:
         dead: list[McpFailure] = []
 
         async def handle(work: _Work) -> None:
             self.in_flight += 1
+            self.serving.add(work.future)
             try:
                 result = await work.fn(connection)
             except McpFailure as failure:
@@ -129,6 +135,8 @@ class UpstreamSession:
                     work.future.set_result(result)
             finally:
                 self.in_flight -= 1
+                if work.future.done():  # else cut off: `own` ends it with the session's failure
+                    self.serving.discard(work.future)
                 self.last_used = time.monotonic()
 
         async with anyio.create_task_group() as group:

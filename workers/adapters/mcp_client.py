@@ -583,8 +583,15 @@ def _as_failure(exc: BaseException, *, doing: str, stderr_tail: str = "") -> Mcp
         )
     if isinstance(exc, httpx2.TimeoutException | TimeoutError):
         return McpFailure("timeout", f"Timed out while {doing}.", stderr_tail=stderr_tail)
-    if isinstance(exc, httpx2.HTTPError):
+    if isinstance(exc, httpx2.LocalProtocolError | httpx2.UnsupportedProtocol | httpx2.ProxyError):
+        # The request could not even be sent.
         return McpFailure("connect", f"HTTP error while {doing}: {exc}", stderr_tail=stderr_tail)
+    if isinstance(exc, httpx2.HTTPError):
+        # The connection was open: the request may have reached the server before it dropped
+        # (read/write errors, a server that closed without answering). Not provably unsent.
+        return McpFailure(
+            "closed", f"The connection dropped while {doing}: {exc}", stderr_tail=stderr_tail
+        )
     if isinstance(
         exc,
         anyio.ClosedResourceError

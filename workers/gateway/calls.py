@@ -533,6 +533,10 @@ class Gateway:
         retries = 0
         reopened = False
         while True:
+            # A session already in the pool may have died since its last call: reopening it at
+            # once is not a retry. A session this attempt opens gets the backoff.
+            live = self.pool.sessions.get(key)
+            pooled = not target.is_remote or (live is not None and live.alive)
             try:
                 return await self._once(target, key, arguments, end, meta, op)
             except McpFailure as failure:
@@ -547,7 +551,7 @@ class Gateway:
                 )
                 if not safe:
                     raise
-                if not reopened and failure.kind in ("closed", "connect"):
+                if pooled and not reopened and failure.kind in ("closed", "connect"):
                     reopened = True  # the session was dropped: reopen it once, at once
                     continue
                 if retries >= len(RETRY_BACKOFF):
@@ -573,7 +577,15 @@ class Gateway:
         async def plan() -> LaunchPlan:
             return await in_thread(_load_plan, server_id=target.server_id)
 
-        session, _ = await self.pool.session(key, plan)
+        try:
+            session, _ = await self.pool.session(key, plan)
+        except McpFailure as failure:
+            if failure.kind != "closed":
+                raise
+            # The session could not be opened: the call itself was never sent.
+            raise McpFailure(
+                "connect", f"could not open a session ({failure.message})"
+            ) from failure
         remaining = max(0.05, end - time.monotonic())
         asker = current_questions.get()
 
