@@ -1,8 +1,9 @@
 """Questions an upstream asks mid-call (elicitation), through the real gateway to a real SDK
-server whose tool asks: a handshake client that declared elicitation gets the question and its
-answer goes back upstream, whether the upstream asks with `elicitation/create` (handshake) or
-`input_required` (2026-07-28); a caller whose protocol cannot carry it gets a clear error naming
-the server at once, never a hang."""
+server whose tool asks, whether the upstream asks with `elicitation/create` (handshake) or
+`input_required` (2026-07-28): a handshake client that declared elicitation gets the question
+on its session, a 2026-07-28 client gets the gateway's own `input_required`, and either's answer
+goes back upstream; a caller whose protocol cannot carry it gets a clear error naming the server
+at once, never a hang."""
 
 from __future__ import annotations
 
@@ -51,11 +52,13 @@ def _granted(url, *, upstream_protocol=None):
 
 
 @pytest.mark.parametrize(
-    ("upstream_protocol", "how_upstream_asks"),
-    [("2025-11-25", "elicitation/create"), (None, "input_required (2026-07-28)")],
+    "mode", ["legacy", "auto"], ids=["client elicitation/create", "client input_required"]
 )
-def test_a_handshake_client_is_asked_and_its_answer_goes_upstream(
-    gateway, asking_server, upstream_protocol, how_upstream_asks
+@pytest.mark.parametrize(
+    "upstream_protocol", ["2025-11-25", None], ids=["upstream handshake", "upstream 2026-07-28"]
+)
+def test_the_client_is_asked_and_its_answer_goes_upstream(
+    gateway, asking_server, upstream_protocol, mode
 ):
     token = _granted(asking_server.url, upstream_protocol=upstream_protocol)
     asked = []
@@ -66,7 +69,7 @@ def test_a_handshake_client_is_asked_and_its_answer_goes_upstream(
 
     async def run():
         async with gateway_client(
-            gateway.url, token, mode="legacy", elicitation_callback=answer
+            gateway.url, token, mode=mode, elicitation_callback=answer
         ) as client:
             return await client.call_tool("asks__confirm", {"what": "the deploy"})
 
@@ -94,25 +97,14 @@ def test_a_declined_question_goes_upstream_as_declined(gateway, asking_server):
 
 
 @pytest.mark.parametrize("upstream_protocol", ["2025-11-25", None])
-@pytest.mark.parametrize(
-    ("mode", "elicits", "reason"),
-    [
-        ("auto", True, "a 2026-07-28 (stateless) client cannot be asked through the gateway"),
-        ("legacy", False, "this client did not declare the elicitation capability"),
-    ],
-)
-def test_a_client_that_cannot_be_asked_gets_a_clear_error_at_once(  # noqa: PLR0917 (parameters)
-    gateway, asking_server, upstream_protocol, mode, elicits, reason
+def test_a_client_that_cannot_be_asked_gets_a_clear_error_at_once(
+    gateway, asking_server, upstream_protocol
 ):
     token = _granted(asking_server.url, upstream_protocol=upstream_protocol)
-
-    async def never(context, params):
-        raise AssertionError("not to be asked")
-
-    options = {"elicitation_callback": never} if elicits else {}
+    reason = "this client did not declare the elicitation capability"
 
     async def run():
-        async with gateway_client(gateway.url, token, mode=mode, **options) as client:
+        async with gateway_client(gateway.url, token, mode="legacy") as client:
             started = time.monotonic()
             result = await client.call_tool("asks__confirm", {"what": "it"})
             return result, time.monotonic() - started
@@ -141,3 +133,41 @@ def test_the_rest_endpoint_answers_a_question_with_a_clear_error(gateway, asking
     error = answer.json()["error"]
     assert error["code"] == "input_not_carried"
     assert "the REST call endpoint cannot carry questions to the caller" in error["message"]
+
+
+def test_a_forged_or_foreign_request_state_is_refused(gateway, asking_server):
+    from mcp import MCPError
+
+    token = _granted(asking_server.url)
+
+    async def run():
+        async with gateway_client(gateway.url, token) as client:
+            first = await client.session.call_tool(
+                "asks__confirm", {"what": "a"}, allow_input_required=True
+            )
+            answer = {"toolroom": types.ElicitResult(action="accept", content={"ok": True})}
+            errors = []
+            for state, arguments in (
+                ("forged." + "0" * 64, {"what": "a"}),
+                (first.request_state, {"what": "something else"}),  # another call's state
+            ):
+                with pytest.raises(MCPError) as refused:
+                    await client.session.call_tool(
+                        "asks__confirm",
+                        arguments,
+                        input_responses=answer,
+                        request_state=state,
+                        allow_input_required=True,
+                    )
+                errors.append(refused.value.message)
+            return first, errors
+
+    first, errors = anyio.run(run)
+
+    assert isinstance(first, types.InputRequiredResult)
+    assert list(first.input_requests) == ["toolroom"]
+    assert first.input_requests["toolroom"].params.message == "Go ahead with a?"
+    assert errors == [
+        "Toolroom: The requestState was not issued by Toolroom.",
+        "Toolroom: The requestState belongs to another call.",
+    ]

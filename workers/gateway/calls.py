@@ -38,6 +38,7 @@ from workers.adapters.mcp_client import Asker, McpConnection, McpFailure
 from workers.gateway.masking import SecretMask
 from workers.gateway.questions import (
     INPUT_NOT_CARRIED,
+    INPUT_REQUIRED,
     REST_CANNOT_CARRY,
     CallQuestions,
     current_questions,
@@ -376,7 +377,7 @@ class Gateway:
     ) -> GatewayResult:
         """The call upstream; a failure or an error result with the server's secrets masked."""
         result = await self._reach(decision, target, identity, arguments, conversation, op)
-        if result.code == checks.ALLOWED and not result.result.get("isError"):
+        if result.code in (checks.ALLOWED, INPUT_REQUIRED) and not result.result.get("isError"):
             return result
         try:
             masked = await self.mask.result(target.server_id, decision.version, result.result)
@@ -464,6 +465,16 @@ class Gateway:
             else:
                 breaker.success()
         questions = current_questions.get()
+        if questions is not None and questions.pending is not None and not questions.refused:
+            # A 2026-07-28 caller is asked with input_required (the server got "retry later").
+            if failure is None:
+                breaker.success()
+            return GatewayResult(
+                result={"resultType": INPUT_REQUIRED},
+                outcome=CallOutcome.OK,
+                code=INPUT_REQUIRED,
+                decision=decision,
+            )
         if questions is not None and questions.refused:
             # The server asked what the caller cannot be asked: say so, whatever came of it
             # (a 2026-07-28 server's input_required ends the call with an error here).

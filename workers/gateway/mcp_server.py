@@ -27,7 +27,12 @@ from registry.gateway.listing import team_catalogue_version, tools_list_document
 from registry.teams.tokens import AgentIdentity
 from workers.gateway.auth import AgentPrincipal
 from workers.gateway.calls import Gateway, Operation, cached_or_in_thread
-from workers.gateway.questions import client_asker
+from workers.gateway.questions import (
+    INPUT_REQUIRED,
+    InvalidState,
+    client_asker,
+    input_required_result,
+)
 from workers.gateway.subscriptions import TeamListen
 
 logger = logging.getLogger(__name__)
@@ -244,16 +249,27 @@ class GatewayServer:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         identity = caller(ctx)
+        try:
+            questions = client_asker(ctx, params, token_id=identity.token_id)
+        except InvalidState as exc:
+            raise MCPError(types.INVALID_PARAMS, f"Toolroom: {exc}") from exc
         outcome = await self.gateway.call(
             identity=identity,
             name=params.name,
             arguments=params.arguments or {},
             conversation=conversation_key(ctx, identity, window_seconds=self.window),
             via="mcp",
-            questions=client_asker(ctx),
+            questions=questions,
         )
         if outcome.code == UNKNOWN_TOOL:
             raise MCPError(types.INVALID_PARAMS, outcome.decision.message)
+        if outcome.code == INPUT_REQUIRED:  # the server asked: ask the client, statelessly
+            return input_required_result(
+                questions,
+                token_id=identity.token_id,
+                name=params.name,
+                arguments=dict(params.arguments or {}),
+            )
         return types.CallToolResult.model_validate(outcome.result)
