@@ -37,6 +37,7 @@ from registry.servers.launch import LaunchPlan, server_launch_plan
 from registry.servers.models import McpServer, RuntimeState
 from registry.servers.runtime import runtime_claim, runtime_heartbeat, runtime_report
 from workers.adapters.mcp_client import (
+    Asker,
     Deadlines,
     McpConnection,
     McpFailure,
@@ -199,7 +200,8 @@ class WarmRuntime:
         )
         try:
             target = await target_for(self.plan)
-            async with connect(target, deadlines=deadlines) as connection:
+            # Questions its server asks during a gateway's call go to that gateway's caller.
+            async with connect(target, deadlines=deadlines, answer_questions=True) as connection:
                 self.ready.set()
                 self.running_since = time.monotonic()
                 await self._report(RuntimeState.RUNNING, stderr=connection.stderr_tail())
@@ -281,7 +283,9 @@ class RuntimeManager:
         # per-conversation sessions of the servers held here (docs/gateway.md).
         self.endpoint: RuntimeEndpoint | None = None
         self.endpoint_address = ""
-        self.scoped = UpstreamPool(idle_seconds=float(settings.TOOLROOM_GATEWAY_IDLE_SECONDS))
+        self.scoped = UpstreamPool(
+            idle_seconds=float(settings.TOOLROOM_GATEWAY_IDLE_SECONDS), answer_questions=True
+        )
         self._scoped_host: asyncio.Task[None] | None = None
 
     # --- lifecycle (called from the worker's main thread) -----------------------------------
@@ -353,8 +357,9 @@ class RuntimeManager:
             self.scoped.attach(group)
             await anyio.sleep_forever()
 
-    async def _endpoint_call(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A gateway's call of a tool of a server held here, in the isolation scope it names."""
+    async def _endpoint_call(self, request: dict[str, Any], ask: Asker) -> dict[str, Any]:
+        """A gateway's call of a tool of a server held here, in the isolation scope it names; a
+        question the server asks during it goes to the gateway (`ask`)."""
         server_id = int(request["server_id"])
         scope = str(request.get("scope") or "shared")
         timeout = float(request.get("timeout") or 30.0)
@@ -379,7 +384,9 @@ class RuntimeManager:
                     str(k): str(v) for k, v in dict(request.get("op_arguments") or {}).items()
                 }
                 return await connection.get_prompt(name, prompt_arguments, timeout=timeout)
-            return await connection.call_tool(tool, arguments, timeout=timeout, meta=meta)
+            return await connection.call_tool(
+                tool, arguments, timeout=timeout, meta=meta, asker=ask
+            )
 
         if scope == "shared":
             return await runtime.request(work)

@@ -11,6 +11,10 @@ from SECRET_KEY); anything else closes the connection. A request:
 and its answer `{"id": 7, "result": {...}}` (a tools/call result in MCP wire form) or
 `{"id": 7, "error": {"kind": "<McpFailure kind>", "message": "..."}}`. Kind `connect` means the
 request never reached the server (for instance: this worker does not hold it).
+
+A question the server asks during a call (elicitation) goes to the gateway as
+`{"id": 7, "ask": 1, "params": {...}}`; the gateway answers `{"answer": 1, "result": {...}}` or
+`{"answer": 1, "refused": "why"}` (its caller cannot be asked) on the same connection.
 """
 
 from __future__ import annotations
@@ -18,17 +22,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from workers.adapters.mcp_client import McpFailure
+from workers.adapters.mcp_client import Asker, AskRefused, McpFailure
 
 logger = logging.getLogger(__name__)
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
-CallHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+# A call, and how to ask the gateway's caller a question the server asks during it.
+CallHandler = Callable[[dict[str, Any], Asker], Awaitable[dict[str, Any]]]
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -71,6 +77,8 @@ class RuntimeEndpoint:
             current.add_done_callback(self.connections.discard)
         tasks: set[asyncio.Task[None]] = set()
         lock = asyncio.Lock()
+        questions: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        question_ids = itertools.count(1)
 
         async def answer(message: dict[str, Any]) -> None:
             async with lock:
@@ -78,8 +86,21 @@ class RuntimeEndpoint:
                 await writer.drain()
 
         async def serve(request: dict[str, Any]) -> None:
+            async def ask(params: dict[str, Any]) -> dict[str, Any]:
+                number = next(question_ids)
+                future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+                questions[number] = future
+                try:
+                    await answer({"id": request.get("id"), "ask": number, "params": params})
+                    reply = await future
+                finally:
+                    questions.pop(number, None)
+                if "refused" in reply:
+                    raise AskRefused(str(reply["refused"]))
+                return dict(reply.get("result") or {})
+
             try:
-                result = await self.handle(request)
+                result = await self.handle(request, ask)
             except McpFailure as failure:
                 await answer(
                     {
@@ -100,7 +121,13 @@ class RuntimeEndpoint:
             if not hmac.compare_digest(str(hello.get("auth", "")), self.secret):
                 return
             while line := await reader.readline():
-                task = asyncio.create_task(serve(json.loads(line)))
+                message = json.loads(line)
+                if "answer" in message:  # the gateway answers a question of a call
+                    waiting = questions.get(message["answer"])
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(message)
+                    continue
+                task = asyncio.create_task(serve(message))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
         except (ConnectionError, ValueError, asyncio.IncompleteReadError):

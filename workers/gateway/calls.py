@@ -665,7 +665,8 @@ class Gateway:
                     "op": op.kind,
                     "name": op.name,
                     "op_arguments": op.arguments or {},
-                }
+                },
+                asker=current_questions.get(),
             )
         except McpFailure as failure:
             if failure.kind in ("connect", "closed"):
