@@ -1,6 +1,7 @@
 """A stdio server whose tool asks (elicitation), held by a runtime worker and called through the
 gateway: its question crosses the runtime worker's private endpoint to the gateway's caller and
-the answer goes back, in a per-team session and in the warm shared one."""
+the answer goes back (per-team sessions); in the warm shared session, which declares no
+elicitation (discovery uses it), the call ends with an error naming the server, never a hang."""
 
 from __future__ import annotations
 
@@ -63,10 +64,13 @@ def test_a_question_crosses_the_runtime_endpoint_to_the_caller_and_back(
     finally:
         manager.shutdown()
 
-    for result in (*per_team.values(), shared):
+    for result in per_team.values():
         assert result.is_error is False, text_of(result)
         assert text_of(result) == 'accept:{"ok": true}'
-    assert asked == ["Go ahead with the restart?"] * 3
+    assert asked == ["Go ahead with the restart?"] * 2
+    assert shared.is_error is True
+    assert text_of(shared).startswith("Toolroom: asks: ")
+    assert "Elicitation not supported" in text_of(shared)
     assert not_declared.is_error is True
     assert not_declared.meta["toolroom/error"]["code"] == "input_not_carried"
     assert "did not declare the elicitation capability" in text_of(not_declared)

@@ -200,8 +200,10 @@ class WarmRuntime:
         )
         try:
             target = await target_for(self.plan)
-            # Questions its server asks during a gateway's call go to that gateway's caller.
-            async with connect(target, deadlines=deadlines, answer_questions=True) as connection:
+            # No elicitation declared here: discovery and health checks use this session, and a
+            # server's tool list may depend on the client's capabilities (it must match a cold
+            # discovery's). Questions reach callers from the per-team/conversation sessions.
+            async with connect(target, deadlines=deadlines) as connection:
                 self.ready.set()
                 self.running_since = time.monotonic()
                 await self._report(RuntimeState.RUNNING, stderr=connection.stderr_tail())
