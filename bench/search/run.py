@@ -14,6 +14,10 @@ approved and granted to one team) and then, in a child process per database:
   and cached (the rendered answer comes from Redis; warmed once). p50 and p95 per request.
 
     .venv/bin/python bench/search/run.py [--backends sqlite,postgresql] [--rounds 3]
+        [--splits tune] [--no-latency]
+
+While tuning the ranking, run it with `--splits tune --no-latency`: the held-out tasks' scores
+and misses are then never printed (docs/search.md, "How the labelled set is used").
 
 Needs PostgreSQL on 127.0.0.1:5432 (user postgres) and Redis on 127.0.0.1:6379. The target of
 issue 17 is recall@5 >= 0.9 and p95 <= 20 ms at 16 concurrent agents; this prints what it got.
@@ -50,7 +54,7 @@ from bench._common import (
 AGENTS = 16
 
 
-def child(backend: str, rounds: int) -> dict[str, Any]:
+def child(backend: str, rounds: int, latency: bool) -> dict[str, Any]:
     """Runs in a process of its own (Django is set up once per process)."""
     from bench._common import django_setup, migrate  # noqa: PLC0415
 
@@ -136,8 +140,8 @@ def child(backend: str, rounds: int) -> dict[str, Any]:
             raise RuntimeError(f"{len(errors)} agents failed") from errors[0]
         return samples
 
-    uncached = load(0)
-    cached = load(3600)
+    uncached = load(0) if latency else []
+    cached = load(3600) if latency else []
     from django.db import connection  # noqa: PLC0415
 
     return {
@@ -149,15 +153,46 @@ def child(backend: str, rounds: int) -> dict[str, Any]:
     }
 
 
+def write_top5(results: dict[str, dict[str, Any]]) -> None:
+    """The agreement test's reference (tests/test_search_labelled_set.py), written only when
+    both databases gave every task the same top 5, in order."""
+    from tests.search_corpus import DATA, tasks  # noqa: PLC0415
+
+    rankings = {backend: result["rankings"] for backend, result in results.items()}
+    if set(rankings) != {"sqlite", "postgresql"}:
+        raise SystemExit("--write-top5 needs both databases")
+    top5 = {task.id: rankings["sqlite"][task.id][:5] for task in tasks()}
+    differing = [t for t in top5 if top5[t] != rankings["postgresql"][t][:5]]
+    if differing:
+        raise SystemExit(f"not written: the databases differ on {' '.join(differing)}")
+    path = DATA / "top5.json"
+    document = {"recorded_on": ["sqlite", "postgresql"], "top5": top5}
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    print(f"Wrote {path.relative_to(REPO)}: both databases, same top 5 for all {len(top5)} tasks.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--splits",
+        default="tune,held_out",
+        help="which splits' quality to print; while tuning the ranking, only `tune`",
+    )
+    parser.add_argument("--no-latency", action="store_true", help="quality only")
+    parser.add_argument(
+        "--write-top5",
+        action="store_true",
+        help="write tests/data/search/top5.json (only when both databases gave every task the "
+        "same top 5)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        json.dump(child(args.child, args.rounds), sys.stdout)
+        json.dump(child(args.child, args.rounds, not args.no_latency), sys.stdout)
         return
+    splits = args.splits.split(",")
 
     from tests.search_corpus import score, tasks  # noqa: PLC0415 (no Django needed)
 
@@ -177,7 +212,15 @@ def main() -> None:
         env = {**os.environ, **toolroom_env(database_url=url, key_prefix=prefix)}
         try:
             output = subprocess.run(
-                [sys.executable, __file__, "--child", backend, "--rounds", str(args.rounds)],
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    backend,
+                    "--rounds",
+                    str(args.rounds),
+                    *(["--no-latency"] if args.no_latency else []),
+                ],
                 env=env,
                 check=True,
                 stdout=subprocess.PIPE,
@@ -195,7 +238,7 @@ def main() -> None:
     print_facts(facts)
     rows = []
     for backend, result in results.items():
-        for split in ("tune", "held_out"):
+        for split in splits:
             scores = score(result["rankings"], tasks(split))
             rows.append(
                 [
@@ -211,15 +254,20 @@ def main() -> None:
     print(markdown_table(["database", "split", "tasks", "recall@5", "MRR", "misses"], rows))
     if len(results) == 2:
         first, second = (result["rankings"] for result in results.values())
-        same = [task.id for task in tasks() if first[task.id][:5] == second[task.id][:5]]
+        shown = [task for split in splits for task in tasks(split)]
+        same = [task.id for task in shown if first[task.id][:5] == second[task.id][:5]]
         same_set = [
-            task.id for task in tasks() if set(first[task.id][:5]) == set(second[task.id][:5])
+            task.id for task in shown if set(first[task.id][:5]) == set(second[task.id][:5])
         ]
-        total = len(tasks())
+        total = len(shown)
         print(
             f"\nTop 5 identical on both databases: {len(same)}/{total} tasks in order, "
             f"{len(same_set)}/{total} as sets."
         )
+        if args.write_top5:
+            write_top5(results)
+    if args.no_latency:
+        return
     rows = []
     for backend, result in results.items():
         for kind in ("uncached", "cached"):

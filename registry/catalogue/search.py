@@ -2,9 +2,11 @@
 
 The candidates are exactly `catalogue_for_agent`'s tools (approved server, current definition
 approved, granted, allowed for the role, hidden when unhealthy if so configured), so search can
-never show a tool the catalogue would not; the database's full-text search only orders them
-(`registry.search.selectors.tool_search_rank`). Answers are cached like catalogue documents:
-under an ETag of the team's catalogue version and the search's variant (`search_variant`).
+never show a tool the catalogue would not. The database's full-text search finds the tools that
+match (`registry.search.selectors.tool_search_match`) and one ranking shared by every database
+orders those of the catalogue (`registry.search.ranking.SearchModel`, whose term statistics come
+from the catalogue itself). Answers are cached like catalogue documents: under an ETag of the
+team's catalogue version and the search's variant (`search_variant`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 
 from registry.catalogue.selectors import Catalogue, catalogue_for_agent
-from registry.search.selectors import tool_search_rank
+from registry.search.index import document_fields
+from registry.search.ranking import SearchDocument, SearchModel
+from registry.search.selectors import tool_search_match
 from registry.search.text import query_terms
 
 DEFAULT_SEARCH_LIMIT = 10
@@ -27,7 +31,17 @@ MAX_QUERY_LENGTH = 500
 # gateway's call tables): every change that alters a catalogue bumps the version, so an entry is
 # exactly as fresh as a cached document. Searches then rank without rebuilding the catalogue.
 CANDIDATES_MAX = 256
-_candidates: OrderedDict[tuple[object, ...], Catalogue] = OrderedDict()
+
+
+@dataclass(frozen=True)
+class SearchableCatalogue:
+    """An agent's catalogue and the ranking's statistics over its tools."""
+
+    catalogue: Catalogue
+    model: SearchModel
+
+
+_candidates: OrderedDict[tuple[object, ...], SearchableCatalogue] = OrderedDict()
 _candidates_lock = threading.Lock()
 
 
@@ -46,23 +60,49 @@ def catalogue_search_forget() -> None:
         _candidates.clear()
 
 
+def searchable(catalogue: Catalogue) -> SearchableCatalogue:
+    """The catalogue with the ranking's statistics over its tools."""
+    servers = {server.id: server for server in catalogue.servers}
+    documents = []
+    for tool in catalogue.tools:
+        server = servers[tool.server_id]
+        documents.append(
+            SearchDocument(
+                tool_id=tool.tool_id,
+                name=tool.name,
+                fields=document_fields(
+                    name=tool.tool_name,
+                    title=tool.title,
+                    annotations=tool.annotations,
+                    input_schema=tool.input_schema,
+                    description=tool.description,
+                    server_name=server.name,
+                    server_slug=server.slug,
+                    category_name=server.category_name,
+                    category_slug=server.category_slug,
+                ),
+            )
+        )
+    return SearchableCatalogue(catalogue=catalogue, model=SearchModel(documents))
+
+
 def _catalogue_at(
     *, team_id: int, role_id: int, category: str | None, version: int | None
-) -> Catalogue:
+) -> SearchableCatalogue:
     if version is None:
-        return catalogue_for_agent(team_id=team_id, role_id=role_id, category=category)
+        return searchable(catalogue_for_agent(team_id=team_id, role_id=role_id, category=category))
     key = (team_id, role_id, category, version, settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY)
     with _candidates_lock:
         cached = _candidates.get(key)
         if cached is not None:
             _candidates.move_to_end(key)
             return cached
-    catalogue = catalogue_for_agent(team_id=team_id, role_id=role_id, category=category)
+    built = searchable(catalogue_for_agent(team_id=team_id, role_id=role_id, category=category))
     with _candidates_lock:
-        _candidates[key] = catalogue
+        _candidates[key] = built
         while len(_candidates) > CANDIDATES_MAX:
             _candidates.popitem(last=False)
-    return catalogue
+    return built
 
 
 def catalogue_search(
@@ -80,9 +120,13 @@ def catalogue_search(
     catalogue `version` (from `catalogue_state`), the catalogue built for that version in this
     process is reused; without it, it is built now.
     """
-    catalogue = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
+    kept = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
+    catalogue = kept.catalogue
+    terms = query_terms(query)
+    if limit <= 0 or not terms or not catalogue.tools:
+        return replace(catalogue, tools=[], servers=[])
+    ranked = kept.model.rank(terms=terms, matched=tool_search_match(terms=terms), limit=limit)
     by_id = {tool.tool_id: tool for tool in catalogue.tools}
-    ranked = tool_search_rank(query=query, tool_ids=by_id.keys(), limit=limit)
     tools = [by_id[tool_id] for tool_id in ranked]
     found_servers = {tool.server_id for tool in tools}
     return replace(
