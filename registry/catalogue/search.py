@@ -112,6 +112,11 @@ def _catalogue_at(
     return built
 
 
+def kept_catalogue(*, team_id: int, role_id: int, version: int) -> Catalogue:
+    """The agent's whole catalogue at this version, kept in the process like search's."""
+    return _catalogue_at(team_id=team_id, role_id=role_id, category=None, version=version).catalogue
+
+
 def catalogue_search(
     *,
     team_id: int,

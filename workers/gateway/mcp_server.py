@@ -27,6 +27,7 @@ from registry.gateway.listing import team_catalogue_version, tools_list_document
 from registry.teams.tokens import AgentIdentity
 from workers.gateway.auth import AgentPrincipal
 from workers.gateway.calls import Gateway, Operation, cached_or_in_thread
+from workers.gateway.search_tools import meta_call, search_mode_list
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,10 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         identity = caller(ctx)
+        searching = await search_mode_list(identity=identity)  # search mode (search_tools.py)
+        if searching is not None:
+            self._watch(ctx, identity, searching[0])
+            return searching[1]
         document = await cached_or_in_thread(tools_list_document, identity=identity)
         self._watch(ctx, identity, document.version)
         parsed = self._lists.get(document.etag)
@@ -233,11 +238,21 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         identity = caller(ctx)
+        conversation = conversation_key(ctx, identity, window_seconds=self.window)
+        meta = await meta_call(  # find_tools and call_tool in search mode (search_tools.py)
+            gateway=self.gateway,
+            identity=identity,
+            name=params.name,
+            arguments=dict(params.arguments or {}),
+            conversation=conversation,
+        )
+        if meta is not None:
+            return meta
         outcome = await self.gateway.call(
             identity=identity,
             name=params.name,
             arguments=params.arguments or {},
-            conversation=conversation_key(ctx, identity, window_seconds=self.window),
+            conversation=conversation,
             via="mcp",
         )
         if outcome.code == UNKNOWN_TOOL:
