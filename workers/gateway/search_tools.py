@@ -27,6 +27,7 @@ from typing import Any
 
 import mcp_types as types
 from django.conf import settings
+from mcp import MCPError
 
 from registry.audit.services import audit_record
 from registry.catalogue.formats import render_mcp
@@ -38,6 +39,7 @@ from registry.catalogue.search import (
     kept_catalogue,
 )
 from registry.catalogue.versions import catalogue_state
+from registry.gateway.calls import UNKNOWN_TOOL
 from registry.teams.models import AgentToken, Team, ToolExposure
 from registry.teams.tokens import AgentIdentity
 from workers.gateway.calls import Gateway, cached_or_in_thread, in_thread
@@ -244,6 +246,8 @@ async def meta_call(
         conversation=conversation,
         via=VIA_SEARCH,
     )
+    if outcome.code == UNKNOWN_TOOL:  # as a direct call answers it (mcp_server.call_tool)
+        raise MCPError(types.INVALID_PARAMS, outcome.decision.message)
     return types.CallToolResult.model_validate(outcome.result)
 
 
