@@ -14,6 +14,7 @@ counts.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
@@ -41,13 +42,17 @@ def words(text: str) -> list[str]:
     return [part.lower() for token in _WORD.findall(text) for part in _CAMEL.split(token) if part]
 
 
-_STEMMER = snowballstemmer.stemmer("english")
+# A stemmer keeps its word while it works: one per thread (the web server's threads stem at once).
+_stemmers = threading.local()
 
 
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """Snowball English stem of a lower-case word (`histories` -> `histori`)."""
-    return str(_STEMMER.stemWord(word))
+    stemmer = getattr(_stemmers, "english", None)
+    if stemmer is None:
+        stemmer = _stemmers.english = snowballstemmer.stemmer("english")
+    return str(stemmer.stemWord(word))
 
 
 def terms(text: str) -> list[str]:
