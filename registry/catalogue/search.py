@@ -46,6 +46,7 @@ class SearchableCatalogue:
 
 _candidates: OrderedDict[tuple[object, ...], SearchableCatalogue] = OrderedDict()
 _candidates_lock = threading.Lock()
+_building: dict[tuple[object, ...], threading.Lock] = {}
 
 
 def search_variant(*, fmt: str, category: str | None, query: str, limit: int) -> str:
@@ -104,11 +105,25 @@ def _catalogue_at(
         if cached is not None:
             _candidates.move_to_end(key)
             return cached
-    built = searchable(catalogue_for_agent(team_id=team_id, role_id=role_id, category=category))
-    with _candidates_lock:
-        _candidates[key] = built
-        while len(_candidates) > CANDIDATES_MAX:
-            _candidates.popitem(last=False)
+        building = _building.setdefault(key, threading.Lock())
+    # One thread builds a version's catalogue; the others wait for it instead of building it
+    # too (16 agents arriving after a version bump made 16 builds of a second each, at once).
+    with building:
+        with _candidates_lock:
+            cached = _candidates.get(key)
+        if cached is not None:
+            return cached
+        try:
+            built = searchable(
+                catalogue_for_agent(team_id=team_id, role_id=role_id, category=category)
+            )
+            with _candidates_lock:
+                _candidates[key] = built
+                while len(_candidates) > CANDIDATES_MAX:
+                    _candidates.popitem(last=False)
+        finally:
+            with _candidates_lock:
+                _building.pop(key, None)
     return built
 
 
