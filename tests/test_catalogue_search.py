@@ -265,3 +265,45 @@ def test_the_full_text_index_exists_for_this_database():
                 "'search_toolsearchentry_vector_gin'"
             )
             assert "gin" in cursor.fetchone()[0].lower()
+
+
+def test_concurrent_searches_of_a_new_version_build_its_catalogue_once(world, monkeypatch):
+    import threading
+    import time
+
+    from registry.catalogue import search as catalogue_search_module
+    from registry.catalogue.selectors import catalogue_for_agent
+
+    team = world["team"]
+    role = team.roles.get(name="review")
+    # Built here: the threads below see no data of this test's transaction.
+    catalogue = catalogue_for_agent(team_id=team.pk, role_id=role.pk)
+    built = []
+
+    def slow_build(**kwargs: Any) -> Any:
+        built.append(kwargs)
+        time.sleep(0.2)  # long enough for every thread to arrive while it builds
+        return catalogue
+
+    monkeypatch.setattr(catalogue_search_module, "catalogue_for_agent", slow_build)
+    barrier = threading.Barrier(8)
+    results = []
+
+    def agent() -> None:
+        barrier.wait()
+        kept = catalogue_search_module._catalogue_at(
+            team_id=team.pk, role_id=role.pk, category=None, version=41
+        )
+        results.append(kept)
+
+    threads = [threading.Thread(target=agent) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(built) == 1
+    assert len(results) == 8
+    assert all(kept is results[0] for kept in results)
+    assert [tool.name for tool in results[0].catalogue.tools] == [
+        tool.name for tool in catalogue.tools
+    ]
