@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -55,7 +56,16 @@ from bench._common import (
 
 AGENTS = 16
 WORKERS = 2
-PORT = int(os.environ.get("BENCH_SEARCH_PORT", "18431"))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# Other benchmarks on a shared machine serve on fixed ports: this one asks for a free one.
+PORT = int(os.environ.get("BENCH_SEARCH_PORT", "0")) or _free_port()
 
 
 def child(backend: str) -> dict[str, Any]:
