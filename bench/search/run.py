@@ -195,7 +195,9 @@ def http_latency(env: dict[str, str], token: str, *, seconds: int) -> dict[str, 
             ]
             with started(argv, cwd=REPO, env=server_env):
                 _wait_up(token)
-                _wrk(token, paths, seconds=3)  # warm-up
+                # Warm-up: each worker builds the kept catalogue once (a second or more on a
+                # busy machine, with 16 requests waiting for it); 3 s were not always enough.
+                _wrk(token, paths, seconds=8)
                 result = _wrk(token, paths, seconds=seconds)
                 result["loadavg"] = loadavg()
                 measured[kind] = result

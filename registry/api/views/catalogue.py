@@ -135,7 +135,8 @@ class CatalogueView(AgentView):
         "pre-flight of declared servers), `mcp` (a tools/list result), `openai` (function "
         "tools), `anthropic` (tool definitions). With `q`, only the tools matching its words, "
         "best first, at most `limit` (default 10, at most 50): the same tools and formats, ranked "
-        "by the database's full-text search; a native answer then carries `search`.",
+        "by the database's full-text search and one BM25F ranking; a native answer then carries "
+        "`search`.",
         parameters=[CatalogueQuerySerializer, IF_NONE_MATCH],
         responses={
             200: OpenApiResponse(OpenApiTypes.OBJECT, description="The catalogue."),
