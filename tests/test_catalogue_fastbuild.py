@@ -13,6 +13,7 @@ import json
 import pytest
 
 from registry.catalogue.formats import TOOL_FORMATS
+from registry.search.index import tool_search_index_refresh
 from registry.teams.models import TeamRole
 from tests.catalogue_helpers import DJANGO_ANSWERED, READ, approved_server, fast_path_call
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
@@ -102,5 +103,58 @@ def test_what_it_cannot_build_is_left_to_django(agent, settings):
     )
 
     [(status, _, _)] = fast_path_call([("/api/v1/catalogue", "", _headers(token))])
+
+    assert status == DJANGO_ANSWERED
+
+
+@pytest.mark.parametrize("fmt", TOOL_FORMATS)
+def test_searches_are_built_and_served_by_the_fast_path_as_django_would(
+    agent, api_client, settings, fmt
+):
+    team, token = agent
+    tool_search_index_refresh(server_ids=team.grants.values_list("server_id", flat=True))
+    query = "q=read+a+file&limit=3"
+    settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = 0
+    [(status, headers, body)] = fast_path_call(
+        [("/api/v1/catalogue", f"format={fmt}&{query}", _headers(token))]
+    )
+    django = api_client.get("/api/v1/catalogue", {"format": fmt, "q": "read a file", "limit": 3})
+
+    assert status == 200
+    assert headers["x-toolroom-cache"] == "miss"
+    _same_as_django(headers, django)
+    ours, theirs = json.loads(body), json.loads(django.content)
+    if fmt == "native":
+        assert ours.pop("generatedAt") <= theirs.pop("generatedAt")
+        assert ours["search"] == {"terms": ["file", "read"], "limit": 3, "found": 1}
+    assert ours == theirs
+
+    settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = 60  # Django keeps it; the fast path serves it
+    kept = api_client.get("/api/v1/catalogue", {"format": fmt, "q": "read a file", "limit": 3})
+    [(status, headers, body)] = fast_path_call(
+        [("/api/v1/catalogue", f"format={fmt}&{query}", _headers(token))]
+    )
+    assert (status, headers["x-toolroom-cache"], body) == (200, "hit", kept.content)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "q=",
+        "q=+++",
+        "limit=3",
+        "q=file&limit=0",
+        "q=file&limit=51",
+        "q=file&limit=3.0",
+        "q=file&q=read",
+        "q=" + "x" * 501,
+        "q=%FF",
+        "q=file%00",
+    ],
+)
+def test_a_search_django_would_refuse_is_left_to_django(agent, query):
+    _, token = agent
+
+    [(status, _, _)] = fast_path_call([("/api/v1/catalogue", query, _headers(token))])
 
     assert status == DJANGO_ANSWERED

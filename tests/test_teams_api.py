@@ -276,3 +276,41 @@ def test_a_server_or_team_that_is_no_slug_is_answered_like_a_missing_one(
     assert bad_server.status_code == bad_team.status_code == 400
     assert "does not exist" in bad_server.json()["error"]["fields"]["server"][0]
     assert "does not exist" in bad_team.json()["error"]["fields"]["team"][0]
+
+
+def test_only_owners_choose_how_the_gateway_offers_tools(api_client, world, charlie, dave):
+    """Team default and per token (docs/gateway.md, "Search mode"): owners only, audited."""
+    member = _as(api_client, dave)
+    assert (
+        member.post("/api/v1/teams/beta/tool-exposure", {"tool_exposure": "search"}, format="json")
+    ).status_code == 403
+    agent = world["beta_agent"]
+    assert (
+        member.post(
+            f"/api/v1/agents/{agent.pk}/tool-exposure", {"tool_exposure": "all"}, format="json"
+        )
+    ).status_code == 403
+
+    owner = _as(api_client, charlie)
+    answer = owner.post(
+        "/api/v1/teams/alpha/tool-exposure", {"tool_exposure": "search"}, format="json"
+    )
+    assert answer.status_code == 200
+    assert answer.json()["tool_exposure"] == "search"
+    assert (
+        owner.post("/api/v1/teams/alpha/tool-exposure", {"tool_exposure": "some"}, format="json")
+    ).status_code == 400
+    token = AgentTokenFactory(team=world["alpha"], name="alpha-bot")
+    answer = owner.post(
+        f"/api/v1/agents/{token.pk}/tool-exposure", {"tool_exposure": "all"}, format="json"
+    )
+    assert answer.status_code == 200
+    assert answer.json()["tool_exposure"] == "all"
+    assert (
+        owner.post(f"/api/v1/agents/{token.pk}/tool-exposure", {"tool_exposure": ""}, format="json")
+    ).json()["tool_exposure"] == ""
+    from registry.audit.models import AuditEvent
+
+    assert set(
+        AuditEvent.objects.filter(action__contains="tool_exposure").values_list("action", flat=True)
+    ) == {"team.tool_exposure_set", "agent_token.tool_exposure_set"}

@@ -111,7 +111,7 @@ class TeamSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     class Meta:
         model = Team
-        fields = ["slug", "name", "description", "roles", "members"]
+        fields = ["slug", "name", "description", "tool_exposure", "roles", "members"]
 
 
 # --- Browsing the registry ----------------------------------------------------------------------
@@ -290,6 +290,7 @@ class AgentTokenSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
             "name",
             "prefix",
             "declared_servers",
+            "tool_exposure",
             "created_at",
             "expires_at",
             "revoked_at",
@@ -324,6 +325,19 @@ class AgentTokenCreateSerializer(StrictInputSerializer):
 
 class AgentTokenDeclareSerializer(StrictInputSerializer):
     declared_servers = DeclaredServersSerializer()
+
+
+class AgentTokenToolExposureSerializer(StrictInputSerializer):
+    tool_exposure = serializers.ChoiceField(
+        choices=["", "all", "search"],
+        allow_blank=True,
+        help_text="`all` tools, `search` (pinned tools plus find_tools and call_tool), or empty "
+        "to follow the team's default.",
+    )
+
+
+class TeamToolExposureSerializer(StrictInputSerializer):
+    tool_exposure = serializers.ChoiceField(choices=["all", "search"])
 
 
 class RevokeSerializer(StrictInputSerializer):

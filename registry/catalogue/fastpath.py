@@ -49,6 +49,13 @@ from registry.catalogue.documents import (
 )
 from registry.catalogue.fastbuild import BuildFailed, catalogue_build_in_thread
 from registry.catalogue.formats import TOOL_FORMATS
+from registry.catalogue.search import (
+    DEFAULT_SEARCH_LIMIT,
+    MAX_QUERY_LENGTH,
+    MAX_SEARCH_LIMIT,
+    SearchRequest,
+    search_variant,
+)
 from registry.catalogue.versions import CatalogueState, state_key
 from registry.core.request_ids import request_id_for
 from registry.teams.tokens import (
@@ -68,6 +75,7 @@ ASGIApp = Callable[..., Awaitable[None]]
 
 PATH = "/api/v1/catalogue"
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,60}$")
+_LIMIT = re.compile(r"^[0-9]{1,2}$")
 
 
 class _NotHere(Exception):
@@ -124,7 +132,7 @@ class CatalogueFastPath:
         backend = cache.backend
         headers = {name.decode("latin-1").lower(): value for name, value in scope["headers"]}
         self._check_transport(scope, headers)
-        fmt, category = self._parameters(scope)
+        fmt, category, search = self._parameters(scope)
 
         authorization = headers.get("authorization", b"").decode("latin-1").split()
         if len(authorization) != 2 or authorization[0].lower() != "bearer":
@@ -155,7 +163,13 @@ class CatalogueFastPath:
         etag = catalogue_etag(
             identity=identity,
             state=state,
-            variant=tools_variant(fmt=fmt, category=category, identity=identity),
+            variant=(
+                tools_variant(fmt=fmt, category=category, identity=identity)
+                if search is None
+                else search_variant(
+                    fmt=fmt, category=category, query=search.text, limit=search.limit
+                )
+            ),
         )
         if etag_matches(headers.get("if-none-match", b"").decode("latin-1"), etag):
             status, body = 304, b""
@@ -177,6 +191,7 @@ class CatalogueFastPath:
                     category=category,
                     etag=etag,
                     headers=headers,
+                    search=search,
                 )
             extra = [
                 (b"content-type", b"application/json"),
@@ -213,6 +228,7 @@ class CatalogueFastPath:
         category: str | None,
         etag: str,
         headers: dict[str, bytes],
+        search: SearchRequest | None,
     ) -> tuple[bytes, bytes, list[tuple[bytes, bytes]]]:
         """The document Django's view would build for this ETag (registry.catalogue.fastbuild),
         and the headers its middleware would add to such an answer."""
@@ -225,6 +241,7 @@ class CatalogueFastPath:
                 category=category,
                 etag=etag,
                 request_id=request_id,
+                search=search,
             )
         except BuildFailed as exc:
             raise _NotHere from exc
@@ -258,17 +275,47 @@ class CatalogueFastPath:
                 return bool(given.decode("latin-1").split(",")[0].strip() == expected)
         return bool(scope.get("scheme") == "https")
 
-    def _parameters(self, scope: Scope) -> tuple[str, str | None]:
-        pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    def _parameters(self, scope: Scope) -> tuple[str, str | None, SearchRequest | None]:
+        raw = scope.get("query_string", b"")
+        if not raw.isascii():  # Django decodes such a query its own way
+            raise _NotHere
+        try:
+            pairs = parse_qsl(raw.decode("ascii"), keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError as exc:  # percent-escapes that are not UTF-8
+            raise _NotHere from exc
         names = [name for name, _ in pairs]
-        if len(set(names)) != len(names) or not set(names) <= {"format", "category"}:
+        if len(set(names)) != len(names) or not set(names) <= {
+            "format",
+            "category",
+            "q",
+            "limit",
+        }:
             raise _NotHere
         given = dict(pairs)
         fmt = given.get("format", "native")
         category = given.get("category")
         if fmt not in TOOL_FORMATS or (category is not None and not _SLUG.match(category)):
             raise _NotHere
-        return fmt, category
+        return fmt, category, self._search(given)
+
+    def _search(self, given: dict[str, str]) -> SearchRequest | None:
+        """A search the view would accept (CatalogueQuerySerializer) as the view reads it; an
+        odd or invalid one (Django answers 400) is Django's."""
+        if "q" not in given:
+            if "limit" in given:
+                raise _NotHere
+            return None
+        text = given["q"].strip()  # DRF's CharField trims
+        if not text or len(text) > MAX_QUERY_LENGTH or "\x00" in text:
+            raise _NotHere
+        limit = DEFAULT_SEARCH_LIMIT
+        if "limit" in given:
+            if not _LIMIT.match(given["limit"]):
+                raise _NotHere
+            limit = int(given["limit"])
+            if not 1 <= limit <= MAX_SEARCH_LIMIT:
+                raise _NotHere
+        return SearchRequest(text=text, limit=limit)
 
     def _security_headers(self, secure: bool) -> list[tuple[bytes, bytes]]:
         """The headers Django's security and clickjacking middleware add to every answer."""

@@ -2,9 +2,11 @@
 
 The candidates are exactly `catalogue_for_agent`'s tools (approved server, current definition
 approved, granted, allowed for the role, hidden when unhealthy if so configured), so search can
-never show a tool the catalogue would not; the database's full-text search only orders them
-(`registry.search.selectors.tool_search_rank`). Answers are cached like catalogue documents:
-under an ETag of the team's catalogue version and the search's variant (`search_variant`).
+never show a tool the catalogue would not. The database's full-text search finds the tools that
+match (`registry.search.selectors.tool_search_match`) and one ranking shared by every database
+orders those of the catalogue (`registry.search.ranking.SearchModel`, whose term statistics come
+from the catalogue itself). Answers are cached like catalogue documents: under an ETag of the
+team's catalogue version and the search's variant (`search_variant`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from django.conf import settings
 
+from registry.catalogue.formats import render_tools
 from registry.catalogue.selectors import Catalogue, catalogue_for_agent
-from registry.search.selectors import tool_search_rank
+from registry.search.index import document_fields
+from registry.search.ranking import SearchDocument, SearchModel
+from registry.search.selectors import tool_search_match
 from registry.search.text import query_terms
 
 DEFAULT_SEARCH_LIMIT = 10
@@ -27,8 +33,20 @@ MAX_QUERY_LENGTH = 500
 # gateway's call tables): every change that alters a catalogue bumps the version, so an entry is
 # exactly as fresh as a cached document. Searches then rank without rebuilding the catalogue.
 CANDIDATES_MAX = 256
-_candidates: OrderedDict[tuple[object, ...], Catalogue] = OrderedDict()
+
+
+@dataclass(frozen=True)
+class SearchableCatalogue:
+    """An agent's catalogue and the ranking's statistics over its tools."""
+
+    catalogue: Catalogue
+    model: SearchModel
+    by_id: dict[int, Any]
+
+
+_candidates: OrderedDict[tuple[object, ...], SearchableCatalogue] = OrderedDict()
 _candidates_lock = threading.Lock()
+_building: dict[tuple[object, ...], threading.Lock] = {}
 
 
 def search_variant(*, fmt: str, category: str | None, query: str, limit: int) -> str:
@@ -46,23 +64,72 @@ def catalogue_search_forget() -> None:
         _candidates.clear()
 
 
+def searchable(catalogue: Catalogue) -> SearchableCatalogue:
+    """The catalogue with the ranking's statistics over its tools."""
+    servers = {server.id: server for server in catalogue.servers}
+    documents = []
+    for tool in catalogue.tools:
+        server = servers[tool.server_id]
+        documents.append(
+            SearchDocument(
+                tool_id=tool.tool_id,
+                name=tool.name,
+                fields=document_fields(
+                    name=tool.tool_name,
+                    title=tool.title,
+                    annotations=tool.annotations,
+                    input_schema=tool.input_schema,
+                    description=tool.description,
+                    server_name=server.name,
+                    server_slug=server.slug,
+                    category_name=server.category_name,
+                    category_slug=server.category_slug,
+                ),
+            )
+        )
+    return SearchableCatalogue(
+        catalogue=catalogue,
+        model=SearchModel(documents),
+        by_id={tool.tool_id: tool for tool in catalogue.tools},
+    )
+
+
 def _catalogue_at(
     *, team_id: int, role_id: int, category: str | None, version: int | None
-) -> Catalogue:
+) -> SearchableCatalogue:
     if version is None:
-        return catalogue_for_agent(team_id=team_id, role_id=role_id, category=category)
+        return searchable(catalogue_for_agent(team_id=team_id, role_id=role_id, category=category))
     key = (team_id, role_id, category, version, settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY)
     with _candidates_lock:
         cached = _candidates.get(key)
         if cached is not None:
             _candidates.move_to_end(key)
             return cached
-    catalogue = catalogue_for_agent(team_id=team_id, role_id=role_id, category=category)
-    with _candidates_lock:
-        _candidates[key] = catalogue
-        while len(_candidates) > CANDIDATES_MAX:
-            _candidates.popitem(last=False)
-    return catalogue
+        building = _building.setdefault(key, threading.Lock())
+    # One thread builds a version's catalogue; the others wait for it instead of building it
+    # too (16 agents arriving after a version bump made 16 builds of a second each, at once).
+    with building:
+        with _candidates_lock:
+            cached = _candidates.get(key)
+        if cached is not None:
+            return cached
+        try:
+            built = searchable(
+                catalogue_for_agent(team_id=team_id, role_id=role_id, category=category)
+            )
+            with _candidates_lock:
+                _candidates[key] = built
+                while len(_candidates) > CANDIDATES_MAX:
+                    _candidates.popitem(last=False)
+        finally:
+            with _candidates_lock:
+                _building.pop(key, None)
+    return built
+
+
+def kept_catalogue(*, team_id: int, role_id: int, version: int) -> Catalogue:
+    """The agent's whole catalogue at this version, kept in the process like search's."""
+    return _catalogue_at(team_id=team_id, role_id=role_id, category=None, version=version).catalogue
 
 
 def catalogue_search(
@@ -80,13 +147,53 @@ def catalogue_search(
     catalogue `version` (from `catalogue_state`), the catalogue built for that version in this
     process is reused; without it, it is built now.
     """
-    catalogue = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
-    by_id = {tool.tool_id: tool for tool in catalogue.tools}
-    ranked = tool_search_rank(query=query, tool_ids=by_id.keys(), limit=limit)
-    tools = [by_id[tool_id] for tool_id in ranked]
+    kept = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
+    catalogue = kept.catalogue
+    terms = query_terms(query)
+    if limit <= 0 or not terms or not catalogue.tools:
+        return replace(catalogue, tools=[], servers=[])
+    ranked = kept.model.rank(terms=terms, matched=tool_search_match(terms=terms), limit=limit)
+    tools = [kept.by_id[tool_id] for tool_id in ranked]
     found_servers = {tool.server_id for tool in tools}
     return replace(
         catalogue,
         tools=tools,
         servers=[server for server in catalogue.servers if server.id in found_servers],
     )
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A search's parameters as the catalogue endpoint takes them (`q`, `limit`)."""
+
+    text: str
+    limit: int = DEFAULT_SEARCH_LIMIT
+
+
+def search_document(
+    *,
+    fmt: str,
+    team_id: int,
+    role_id: int,
+    category: str | None,
+    search: SearchRequest,
+    version: int,
+) -> dict[str, Any]:
+    """The answer to a search in `fmt`: what the view and the ASGI fast path both serve."""
+    found = catalogue_search(
+        team_id=team_id,
+        role_id=role_id,
+        query=search.text,
+        limit=search.limit,
+        category=category,
+        version=version,
+    )
+    document = render_tools(fmt, found, version=version, preflight=None)
+    if fmt == "native":
+        # The terms, not the text: answers are shared by queries with the same terms.
+        document["search"] = {
+            "terms": sorted(query_terms(search.text)),
+            "limit": search.limit,
+            "found": len(found.tools),
+        }
+    return document

@@ -7,7 +7,7 @@ what an agent may find is decided at query time by the catalogue's selector, nev
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.contrib.postgres.search import SearchVector
@@ -18,45 +18,60 @@ from registry.search.models import ToolSearchEntry
 from registry.search.text import joined, schema_text
 from registry.servers.models import Tool
 
-# Weight classes of PostgreSQL (A highest); SQLite's bm25 weights in selectors.py mirror them.
-FIELD_WEIGHTS = {
-    "name_text": "A",
-    "title_text": "B",
-    "params_text": "B",
-    "description_text": "C",
-    "context_text": "D",
-}
-TEXT_SEARCH_CONFIG = "english"
+# The entry's text fields, in the order of SQLite's FTS5 columns and of the shared ranking.
+INDEX_FIELDS = ("name_text", "title_text", "params_text", "description_text", "context_text")
+# The text holds terms already stemmed (registry.search.text): PostgreSQL must not stem again,
+# so `simple` (lower case, no stop words, no stemming), like FTS5's plain `unicode61`.
+TEXT_SEARCH_CONFIG = "simple"
 
 
-def weighted_vector() -> Any:
-    vectors = [
-        SearchVector(field, weight=weight, config=Value(TEXT_SEARCH_CONFIG))
-        for field, weight in FIELD_WEIGHTS.items()
-    ]
+def index_vector() -> Any:
+    vectors = [SearchVector(field, config=Value(TEXT_SEARCH_CONFIG)) for field in INDEX_FIELDS]
     combined: Any = vectors[0]
     for vector in vectors[1:]:
         combined = combined + vector
     return combined
 
 
+def document_fields(
+    *,
+    name: str,
+    title: str | None,
+    annotations: Mapping[str, Any] | None,
+    input_schema: Mapping[str, Any] | None,
+    description: str | None,
+    server_name: str,
+    server_slug: str,
+    category_name: str | None,
+    category_slug: str | None,
+) -> dict[str, str]:
+    """The index text of one tool by field: what the database matches and the ranking counts.
+
+    The index (from Tool rows) and the ranking (from an agent's catalogue) both call this, so
+    that a term the database matches is a term the ranking sees."""
+    return {
+        "name_text": joined([name]),
+        "title_text": joined([title, str((annotations or {}).get("title") or "")]),
+        "params_text": joined([schema_text(input_schema)]),
+        "description_text": joined([description]),
+        "context_text": joined([server_name, server_slug, category_name, category_slug]),
+    }
+
+
 def entry_fields(tool: Any) -> dict[str, str]:
     server = tool.server
     category = server.category
-    return {
-        "name_text": joined([tool.name]),
-        "title_text": joined([tool.title, str((tool.annotations or {}).get("title") or "")]),
-        "params_text": joined([schema_text(tool.input_schema)]),
-        "description_text": joined([tool.description]),
-        "context_text": joined(
-            [
-                server.name,
-                server.slug,
-                category.name if category else "",
-                category.slug if category else "",
-            ]
-        ),
-    }
+    return document_fields(
+        name=tool.name,
+        title=tool.title,
+        annotations=tool.annotations,
+        input_schema=tool.input_schema,
+        description=tool.description,
+        server_name=server.name,
+        server_slug=server.slug,
+        category_name=category.name if category else None,
+        category_slug=category.slug if category else None,
+    )
 
 
 def tool_search_index_refresh(*, server_ids: Iterable[int]) -> int:
@@ -80,7 +95,7 @@ def index_servers(*, tool_model: Any, entry_model: Any, server_ids: Iterable[int
             [entry_model(tool_id=tool.pk, **entry_fields(tool)) for tool in tools]
         )
         if connection.vendor == "postgresql":
-            entry_model.objects.filter(tool__server_id__in=ids).update(vector=weighted_vector())
+            entry_model.objects.filter(tool__server_id__in=ids).update(vector=index_vector())
     return len(tools)
 
 

@@ -56,6 +56,13 @@ def teams_for_user(user: AbstractBaseUser | AnonymousUser, action: str) -> model
     return teams
 
 
+class ToolExposure(models.TextChoices):
+    """How the gateway offers a team's tools to an agent (docs/gateway.md, "Search mode")."""
+
+    ALL = "all", "All tools"
+    SEARCH = "search", "Search: pinned tools plus find_tools and call_tool"
+
+
 class Team(models.Model):
     slug = models.SlugField(max_length=60, unique=True)
     name = models.CharField(max_length=200)
@@ -71,6 +78,10 @@ class Team(models.Model):
     # Bumped by every change that can alter what the team's agents see; the ETag of its
     # catalogue is derived from it. The database is the source of truth, the cache a copy.
     catalogue_version = models.PositiveBigIntegerField(default=1, editable=False)
+    # The gateway's tools/list for agents whose token does not choose (AgentToken.tool_exposure).
+    tool_exposure = models.CharField(
+        max_length=10, choices=ToolExposure.choices, default=ToolExposure.ALL
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -352,6 +363,11 @@ class AgentToken(models.Model):
     # {"required": [server slugs], "recommended": [...], "optional": [...]}: what the agent needs,
     # so the catalogue can tell it early what is missing.
     declared_servers = models.JSONField(default=dict, blank=True)
+    # "" follows the team's default (Team.tool_exposure); in search mode the declared servers'
+    # tools are the pinned ones the gateway lists beside find_tools and call_tool.
+    tool_exposure = models.CharField(
+        max_length=10, choices=ToolExposure.choices, blank=True, default=""
+    )
     created_by_label = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)

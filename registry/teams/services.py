@@ -40,6 +40,7 @@ from registry.teams.models import (
     Team,
     TeamAction,
     TeamRole,
+    ToolExposure,
 )
 from registry.teams.tokens import token_generate, token_lookup_evict_on_commit
 
@@ -771,4 +772,58 @@ def agent_token_declare_servers(
         after={"declared_servers": locked.declared_servers},
     )
     token_lookup_evict_on_commit(locked.prefix)
+    return locked
+
+
+# --- How the gateway offers tools ---------------------------------------------------------------
+
+
+@transaction.atomic
+def team_tool_exposure_set(*, actor: Actor, team: Team, exposure: str) -> Team:
+    """The team's default for its agents' tools/list: `all` tools, or `search` (pinned tools
+    plus find_tools and call_tool). Tokens that chose for themselves keep their choice."""
+    if exposure not in ToolExposure.values:
+        raise ApplicationError(f"Choose one of {', '.join(ToolExposure.values)}.")
+    locked: Team = Team.objects.select_for_update().get(pk=team.pk)
+    before = locked.tool_exposure
+    if before == exposure:
+        return locked
+    locked.tool_exposure = exposure
+    locked.save(update_fields=["tool_exposure"])
+    audit_record(
+        actor=actor,
+        action="team.tool_exposure_set",
+        target=locked,
+        summary=f"The agents of {locked.name} now get {exposure} tools by default.",
+        before={"tool_exposure": before},
+        after={"tool_exposure": exposure},
+    )
+    _bump([locked.pk], "team.tool_exposure_set")
+    return locked
+
+
+@transaction.atomic
+def agent_token_tool_exposure_set(*, actor: Actor, token: AgentToken, exposure: str) -> AgentToken:
+    """This agent's tools/list: `all`, `search`, or "" to follow the team's default."""
+    if exposure not in ["", *ToolExposure.values]:
+        raise ApplicationError(f"Choose one of {', '.join(ToolExposure.values)}, or none.")
+    locked: AgentToken = AgentToken.objects.select_for_update().get(pk=token.pk)
+    if locked.revoked_at is not None:
+        raise ApplicationError("This agent token is revoked.")
+    before = locked.tool_exposure
+    if before == exposure:
+        return locked
+    locked.tool_exposure = exposure
+    locked.save(update_fields=["tool_exposure"])
+    audit_record(
+        actor=actor,
+        action="agent_token.tool_exposure_set",
+        target=locked,
+        summary=f"The agent {locked.name} now gets "
+        + (f"{exposure} tools." if exposure else "its team's default."),
+        before={"tool_exposure": before},
+        after={"tool_exposure": exposure},
+    )
+    token_lookup_evict_on_commit(locked.prefix)
+    _bump([locked.team_id], "agent_token.tool_exposure_set")
     return locked

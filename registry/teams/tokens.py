@@ -96,6 +96,7 @@ class AgentIdentity:
     role_id: int
     expires_at: float | None  # POSIX seconds
     declared_servers: dict[str, list[str]] = field(default_factory=dict)
+    tool_exposure: str = ""  # "" follows the team's default
 
     @property
     def label(self) -> str:
@@ -124,6 +125,7 @@ def _entry_from_db(prefix: str) -> dict[str, Any] | None:
             "expires_at",
             "revoked_at",
             "declared_servers",
+            "tool_exposure",
         )
         .first()
     )
@@ -138,6 +140,7 @@ def _entry_from_db(prefix: str) -> dict[str, Any] | None:
         "expires_at": row["expires_at"].timestamp() if row["expires_at"] else None,
         "revoked": row["revoked_at"] is not None,
         "declared": row["declared_servers"] or {},
+        "exposure": row["tool_exposure"],
     }
 
 
@@ -159,6 +162,7 @@ def identity_from_entry(entry: dict[str, Any], plain: str, now: float) -> AgentI
         role_id=entry["role_id"],
         expires_at=entry["expires_at"],
         declared_servers=entry["declared"],
+        tool_exposure=entry.get("exposure", ""),
     )
 
 

@@ -33,6 +33,7 @@ from workers.gateway.questions import (
     client_asker,
     input_required_result,
 )
+from workers.gateway.search_tools import meta_call, search_mode_list
 from workers.gateway.subscriptions import TeamListen
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,10 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         identity = caller(ctx)
+        searching = await search_mode_list(identity=identity)  # search mode (search_tools.py)
+        if searching is not None:
+            self._watch(ctx, identity, searching[0])
+            return searching[1]
         document = await cached_or_in_thread(tools_list_document, identity=identity)
         self._watch(ctx, identity, document.version)
         parsed = self._lists.get(document.etag)
@@ -255,11 +260,21 @@ class GatewayServer:
             questions = client_asker(ctx, params, token_id=identity.token_id)
         except InvalidState as exc:
             raise MCPError(types.INVALID_PARAMS, f"Toolroom: {exc}") from exc
+        conversation = conversation_key(ctx, identity, window_seconds=self.window)
+        meta = await meta_call(  # find_tools and call_tool in search mode (search_tools.py)
+            gateway=self.gateway,
+            identity=identity,
+            name=params.name,
+            arguments=dict(params.arguments or {}),
+            conversation=conversation,
+        )
+        if meta is not None:
+            return meta
         outcome = await self.gateway.call(
             identity=identity,
             name=params.name,
             arguments=params.arguments or {},
-            conversation=conversation_key(ctx, identity, window_seconds=self.window),
+            conversation=conversation,
             via="mcp",
             questions=questions,
         )

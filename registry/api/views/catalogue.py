@@ -42,10 +42,14 @@ from registry.catalogue.formats import (
     registry_namespace,
     render_client_config,
     render_official_list,
-    render_tools,
 )
 from registry.catalogue.fragments import tools_document_body
-from registry.catalogue.search import DEFAULT_SEARCH_LIMIT, catalogue_search, search_variant
+from registry.catalogue.search import (
+    DEFAULT_SEARCH_LIMIT,
+    SearchRequest,
+    search_document,
+    search_variant,
+)
 from registry.catalogue.selectors import (
     Catalogue,
     UnknownRole,
@@ -53,7 +57,6 @@ from registry.catalogue.selectors import (
     catalogue_preflight,
 )
 from registry.catalogue.versions import CatalogueState, catalogue_state
-from registry.search.text import query_terms
 from registry.teams.tokens import AgentIdentity, token_mark_used
 
 ERROR_RESPONSES = {
@@ -132,7 +135,8 @@ class CatalogueView(AgentView):
         "pre-flight of declared servers), `mcp` (a tools/list result), `openai` (function "
         "tools), `anthropic` (tool definitions). With `q`, only the tools matching its words, "
         "best first, at most `limit` (default 10, at most 50): the same tools and formats, ranked "
-        "by the database's full-text search; a native answer then carries `search`.",
+        "by the database's full-text search and one BM25F ranking; a native answer then carries "
+        "`search`.",
         parameters=[CatalogueQuerySerializer, IF_NONE_MATCH],
         responses={
             200: OpenApiResponse(OpenApiTypes.OBJECT, description="The catalogue."),
@@ -177,25 +181,16 @@ class CatalogueView(AgentView):
     ) -> HttpResponse:
         def build(state: CatalogueState) -> dict[str, Any]:
             try:
-                found = catalogue_search(
+                return search_document(
+                    fmt=fmt,
                     team_id=identity.team_id,
                     role_id=identity.role_id,
-                    query=text,
-                    limit=limit,
                     category=category,
+                    search=SearchRequest(text=text, limit=limit),
                     version=state.version,
                 )
             except UnknownRole as exc:  # the token's role or team is gone
                 raise AuthenticationFailed(INVALID_TOKEN_MESSAGE) from exc
-            document = render_tools(fmt, found, version=state.version, preflight=None)
-            if fmt == "native":
-                # The terms, not the text: answers are shared by queries with the same terms.
-                document["search"] = {
-                    "terms": sorted(query_terms(text)),
-                    "limit": limit,
-                    "found": len(found.tools),
-                }
-            return document
 
         variant = search_variant(fmt=fmt, category=category, query=text, limit=limit)
         return self.conditional(variant, build)

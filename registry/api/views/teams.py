@@ -18,6 +18,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
@@ -31,11 +32,13 @@ from registry.api.serializers import (
     AgentTokenCreateSerializer,
     AgentTokenDeclareSerializer,
     AgentTokenSerializer,
+    AgentTokenToolExposureSerializer,
     BrowseQuerySerializer,
     BrowseServerSerializer,
     GrantSerializer,
     RevokeSerializer,
     TeamSerializer,
+    TeamToolExposureSerializer,
 )
 from registry.api.throttling import DegradableScopedRateThrottle
 from registry.api.viewsets import TeamScopedViewSet
@@ -72,6 +75,24 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
             .prefetch_related("roles", "memberships__user")
             .order_by("slug")
         )
+
+    @extend_schema(
+        summary="How the gateway offers tools to the team's agents by default (team owners)",
+        request=TeamToolExposureSerializer,
+        responses={200: TeamSerializer, **ERRORS},
+        tags=["teams"],
+    )
+    @action(detail=True, methods=["post"], url_path="tool-exposure")
+    def tool_exposure(self, request: Request, slug: str | None = None) -> Response:
+        team = self.get_object()
+        if not teams_for_user(request.user, TeamAction.MANAGE).filter(pk=team.pk).exists():
+            raise PermissionDenied("Only the team's owners can do this.")
+        data = TeamToolExposureSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        updated = services.team_tool_exposure_set(
+            actor=request.user, team=team, exposure=data.validated_data["tool_exposure"]
+        )
+        return Response(TeamSerializer(updated).data)
 
 
 @extend_schema_view(
@@ -249,5 +270,23 @@ class AgentTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamSc
             actor=request.user,
             token=token,
             declared_servers=data.validated_data["declared_servers"],
+        )
+        return Response(AgentTokenSerializer(updated).data)
+
+    @extend_schema(
+        summary="How the gateway offers tools to this agent: all, search, or the team's default "
+        "(team owners)",
+        request=AgentTokenToolExposureSerializer,
+        responses={200: AgentTokenSerializer, **ERRORS},
+        tags=["agents"],
+    )
+    @action(detail=True, methods=["post"], url_path="tool-exposure")
+    def tool_exposure(self, request: Request, pk: str | None = None) -> Response:
+        token = self.get_object()
+        self.require_team_manager(token.team)
+        data = AgentTokenToolExposureSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        updated = services.agent_token_tool_exposure_set(
+            actor=request.user, token=token, exposure=data.validated_data["tool_exposure"]
         )
         return Response(AgentTokenSerializer(updated).data)

@@ -1,0 +1,143 @@
+"""The order of search results: one BM25F ranking, the same on every database.
+
+The database's full-text search decides which tools match a query (registry.search.selectors:
+PostgreSQL's GIN-indexed tsvector, SQLite's FTS5); this module orders the matching tools an
+agent may call. Ordering here rather than with `ts_rank` or FTS5's `bm25` is what makes both
+databases give the same answer: the two rankers differ in kind (bm25 weighs rare words up and
+normalises by length, ts_rank counts weighted occurrences), so no choice of weights made them
+agree (docs/search.md has the numbers).
+
+A `SearchModel` holds the term statistics of one collection: an agent's catalogue (the tools it
+may call), built once per catalogue version. Word statistics therefore come from what the agent
+may see, never from other teams' tools. The score of a tool is BM25F (Robertson and Zaragoza,
+"The Probabilistic Relevance Framework", 2009): per query term, the field-weighted,
+length-normalised term frequency saturated by `K1`, times the term's inverse document frequency.
+A query term of at least `PREFIX_MIN_LENGTH` characters also matches the longer terms it begins
+(`auth` -> `authent`, `repo` -> `repositori`), at `PREFIX_WEIGHT`, exactly as the databases'
+prefix queries do. Ties go to the tool's namespaced name.
+
+The weights were chosen before looking at any task and then tuned only on the labelled set's
+`tune` tasks (tests/data/search/tasks.json; docs/search.md says how the split is used).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from registry.search.index import INDEX_FIELDS
+
+# Field weights and length normalisation (b) of BM25F, by index field.
+FIELD_WEIGHTS: Mapping[str, float] = {
+    "name_text": 3.0,
+    "title_text": 2.0,
+    "params_text": 0.3,
+    "description_text": 1.5,
+    "context_text": 0.5,
+}
+FIELD_LENGTH_NORMALISATION: Mapping[str, float] = {
+    "name_text": 0.3,
+    "title_text": 0.3,
+    "params_text": 0.75,
+    "description_text": 0.75,
+    "context_text": 0.5,
+}
+K1 = 2.0
+# Shorter terms match only themselves: a prefix of 3 letters matches too much.
+PREFIX_MIN_LENGTH = 4
+PREFIX_WEIGHT = 0.5
+
+
+@dataclass(frozen=True)
+class SearchDocument:
+    """One tool as the ranking sees it: its id, its tie-breaking name, its text by field."""
+
+    tool_id: int
+    name: str
+    fields: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class _Postings:
+    weights: dict[int, float]  # tool id -> field-weighted, length-normalised term frequency
+    idf: float
+
+
+class SearchModel:
+    """Term statistics of one collection of tools, and the ranking over it."""
+
+    def __init__(self, documents: Sequence[SearchDocument]) -> None:
+        self.names = {document.tool_id: document.name for document in documents}
+        count = len(documents)
+        counters = {
+            document.tool_id: [Counter(document.fields.get(f, "").split()) for f in INDEX_FIELDS]
+            for document in documents
+        }
+        average = [
+            (sum(sum(c[i].values()) for c in counters.values()) / count) if count else 0.0
+            for i in range(len(INDEX_FIELDS))
+        ]
+        weights = [FIELD_WEIGHTS[f] for f in INDEX_FIELDS]
+        norms = [FIELD_LENGTH_NORMALISATION[f] for f in INDEX_FIELDS]
+        exact: dict[str, dict[int, float]] = {}
+        for tool_id, fields in counters.items():
+            for i, counter in enumerate(fields):
+                if not counter:
+                    continue
+                length = sum(counter.values())
+                denominator = 1.0 - norms[i] + norms[i] * (length / average[i] if average[i] else 1)
+                for term, frequency in counter.items():
+                    postings = exact.setdefault(term, {})
+                    postings[tool_id] = postings.get(tool_id, 0.0) + (
+                        weights[i] * frequency / denominator
+                    )
+        self._exact = exact
+        self._vocabulary = sorted(exact)
+        self._count = count
+        self._postings: dict[str, _Postings] = {}
+        self._lock = threading.Lock()
+
+    def _term_postings(self, term: str) -> _Postings:
+        with self._lock:
+            cached = self._postings.get(term)
+        if cached is not None:
+            return cached
+        weights = dict(self._exact.get(term, {}))
+        if len(term) >= PREFIX_MIN_LENGTH:
+            for longer in self._longer_terms(term):
+                for tool_id, weight in self._exact[longer].items():
+                    weights[tool_id] = weights.get(tool_id, 0.0) + PREFIX_WEIGHT * weight
+        frequency = len(weights)
+        idf = math.log(1.0 + (self._count - frequency + 0.5) / (frequency + 0.5))
+        postings = _Postings(weights=weights, idf=idf)
+        with self._lock:
+            self._postings[term] = postings
+        return postings
+
+    def _longer_terms(self, prefix: str) -> list[str]:
+        from bisect import bisect_left  # noqa: PLC0415 (only prefix terms need it)
+
+        found = []
+        for term in self._vocabulary[bisect_left(self._vocabulary, prefix) :]:
+            if not term.startswith(prefix):
+                break
+            if term != prefix:
+                found.append(term)
+        return found
+
+    def rank(self, *, terms: Sequence[str], matched: Collection[int], limit: int) -> list[int]:
+        """Ids of the `matched` tools of this collection, best first, at most `limit`.
+
+        `matched` is what the database found; a matched id outside the collection (a tool the
+        agent may not call) is never returned."""
+        scores = {tool_id: 0.0 for tool_id in matched if tool_id in self.names}
+        for term in terms:
+            postings = self._term_postings(term)
+            for tool_id, weight in postings.weights.items():
+                if tool_id in scores:
+                    scores[tool_id] += postings.idf * weight / (K1 + weight)
+        ordered = sorted(scores, key=lambda tool_id: (-scores[tool_id], self.names[tool_id]))
+        return ordered[:limit]
