@@ -28,6 +28,7 @@ from registry.servers.importing.launchers import (
 )
 from registry.servers.launch import LaunchPlan
 from registry.servers.runtime import server_sandbox_image_record
+from registry.servers.sandbox_preparation import sandbox_egress_allowlists
 from workers.adapters.mcp_client import McpFailure, TransportTarget
 from workers.adapters.sandbox import (
     BASE_IMAGE,
@@ -38,8 +39,10 @@ from workers.adapters.sandbox import (
     SandboxSpecError,
     build_package_image,
     connect_engine,
+    egress_policy,
     image_digest,
     remove_orphans,
+    remove_stale_egress,
     remove_surplus_egress_networks,
     sandbox_transport,
 )
@@ -53,12 +56,22 @@ def sandbox_owner() -> str:
 
 
 def clean_up_orphans() -> list[str]:
-    """Remove what dead workers of this owner left, and surplus egress bridges; [] if no engine."""
+    """Remove what dead workers of this owner left, surplus egress bridges and the kept egress
+    networks no server needs any more; [] if no engine."""
     try:
         removed = remove_orphans(owner_label_value=sandbox_owner())
-        return removed + remove_surplus_egress_networks()
+        return removed + remove_surplus_egress_networks() + clean_up_stale_egress()
     except SandboxError:
         return []
+
+
+def clean_up_stale_egress(servers: Sequence[str] | None = None) -> list[str]:
+    """Remove the kept proxied networks (and proxies) of servers that are retired, deleted, no
+    longer proxied or proxied with another allowlist (`servers`: only those slugs)."""
+    wanted = {
+        slug: egress_policy(allowlist) for slug, allowlist in sandbox_egress_allowlists().items()
+    }
+    return remove_stale_egress(wanted, servers=servers)
 
 
 def _launched(argv: Sequence[str]) -> Launcher | None:
