@@ -32,6 +32,7 @@ from registry.servers.sandbox_preparation import sandbox_egress_allowlists
 from workers.adapters.mcp_client import McpFailure, TransportTarget
 from workers.adapters.sandbox import (
     BASE_IMAGE,
+    EGRESS_POOL,
     NODE_BASE_IMAGE,
     ContainerSpec,
     ImageRef,
@@ -63,6 +64,11 @@ def clean_up_orphans() -> list[str]:
         return removed + remove_surplus_egress_networks() + clean_up_stale_egress()
     except SandboxError:
         return []
+
+
+def close_kept_egress() -> None:
+    """Remove the proxied networks and proxies this process kept (the worker stops)."""
+    EGRESS_POOL.close()
 
 
 def clean_up_stale_egress(servers: Sequence[str] | None = None) -> list[str]:
