@@ -710,3 +710,35 @@ async def test_a_proxy_that_dies_is_replaced_and_an_idle_network_goes(engine, im
         assert pool.entries() == []
     finally:
         pool.close(engine)
+
+
+async def test_a_network_prepared_ahead_is_the_one_the_first_session_finds(engine, images, pool):
+    spec = hostile(images, server_key=new_server_key(), network_mode="proxied")
+    asked: list[str] = []
+
+    def proxy_image() -> str:
+        asked.append("proxy image")
+        return str(images.proxy.reference)
+
+    made = await anyio.to_thread.run_sync(
+        lambda: pool.prepare(engine, spec, image=proxy_image, timeout=60)
+    )
+    [prepared] = pool.entries()
+    assert made
+    assert asked == ["proxy image"]
+    assert prepared.users == 0
+    assert prepared.ready.is_set()
+    # Again: found kept, nothing made or asked.
+    assert not await anyio.to_thread.run_sync(
+        lambda: pool.prepare(engine, spec, image=proxy_image, timeout=60)
+    )
+    assert asked == ["proxy image"]
+
+    transport = sandbox_transport(spec, engine=engine, egress_pool=pool)
+    async with Client(transport) as client:
+        assert await call(client, "echo", text="ready") == "ready"
+        [entry] = pool.entries()
+        assert entry is prepared
+        assert entry.users == 1
+        network = engine.api.inspect_container(transport.container_id)["NetworkSettings"]
+        assert prepared.network_id in {n["NetworkID"] for n in network["Networks"].values()}

@@ -211,6 +211,27 @@ class EgressPool:
             raise
         self.wait_ready(lease, timeout=timeout)
 
+    def prepare(
+        self,
+        engine: Engine,
+        spec: ContainerSpec,
+        *,
+        image: Callable[[], str],
+        timeout: float = 60.0,
+    ) -> bool:
+        """Make `spec`'s network and proxy ahead of its session (while its image is resolved,
+        say), and keep them for it; True when they were made now. `image`: the proxy image's
+        reference, asked for only when one is made."""
+        lease = self.lease(engine, spec, timeout=timeout)
+        try:
+            if lease.fresh:
+                self.start_proxy(engine, lease, spec, image=image(), timeout=timeout)
+            else:
+                self.wait_ready(lease, timeout=timeout)
+        finally:
+            self.release(engine, lease)
+        return lease.fresh
+
     def wait_ready(self, lease: EgressLease, *, timeout: float) -> None:
         """Wait until the lease's proxy listens (at once when it already did)."""
         entry = lease.entry
