@@ -27,6 +27,7 @@ from mcp_types import CallToolResult, TextContent
 
 from tests.sandbox_images import SandboxTestImages, ensure_node_test_image, ensure_test_images
 from workers.adapters.sandbox import (
+    EGRESS_POOL,
     ContainerFate,
     ContainerSpec,
     EgressPool,
@@ -265,6 +266,8 @@ async def test_workers_racing_to_create_the_egress_bridge_never_make_it_ambiguou
     # Docker lets two networks share a name when they are created at the same moment, and then no
     # container starts on that name ("network ... is ambiguous"): seen in this suite when sessions
     # started together. Each creation has a name of its own and everyone takes the oldest.
+    # The proxies this process keeps (earlier proxied tests) are on the bridge: they go first.
+    EGRESS_POOL.close(engine)
     for network in networks.egress_networks(engine):
         networks.remove_network_when_empty(engine, network["Id"])
     barrier = threading.Barrier(4)
