@@ -743,5 +743,8 @@ async def test_a_network_prepared_ahead_is_the_one_the_first_session_finds(engin
         [entry] = pool.entries()
         assert entry is prepared
         assert entry.users == 1
-        network = engine.api.inspect_container(transport.container_id)["NetworkSettings"]
-        assert prepared.network_id in {n["NetworkID"] for n in network["Networks"].values()}
+        # The server runs in the namespace of the kept network's holder.
+        host_config = engine.api.inspect_container(transport.container_id)["HostConfig"]
+        assert host_config["NetworkMode"] == f"container:{prepared.holder_id}"
+        holder = engine.api.inspect_container(prepared.holder_id)["NetworkSettings"]["Networks"]
+        assert [n["NetworkID"] for n in holder.values()] == [prepared.network_id]

@@ -308,8 +308,9 @@ class SandboxTransport:
                 self._egress_pool.lease, engine, spec, timeout=self._start_timeout
             )
             self._egress_pool.listen(lease, self.proxy_log)
-            network_mode = lease.network_id
-            dns, dns_options = networks.ISOLATED_DNS, networks.ISOLATED_DNS_OPTIONS
+            # The server joins the namespace of the network's holder: no interface to set up
+            # at each start; its DNS settings are the holder's (isolated, as above).
+            network_mode = lease.network_mode
             env.update(networks.proxy_environment(networks.PROXY_ALIAS))
             proxy = functools.partial(self._start_proxy, engine, lease)
         elif spec.network_mode == "bridge":
