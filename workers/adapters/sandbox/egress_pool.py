@@ -2,15 +2,17 @@
 
 A `proxied` session needs an internal network of its own and an egress proxy container on it.
 Making both costs more than the server's container itself, so they are made once per server and
-egress policy and kept: the next session of the same server in this process (a restarted
-runtime, the next discovery or health check) creates only its own container on the network that
-is there, with the proxy already listening. Sessions of the same server at once share them.
+egress policy and kept, with a holder container on the network whose namespace the server's
+containers join (starting a container in an existing namespace skips the interface, address and
+DNS set-up). The next session of the same server in this process (a restarted runtime, the next
+discovery or health check) creates only its own container, with the proxy already listening.
+Sessions of the same server at once share them. `prepare` makes them ahead of a session.
 
 - **Keyed** by engine, owner, server and the policy (`egress_policy`: a hash of the allowlist).
   A session with another allowlist for the same server retires the old network and proxy: they
   are removed as soon as no session of this process uses them.
-- **Held by this process.** The pool holds the proxy's stdin (the proxy exits when it closes),
-  and the network and proxy carry this process's owner labels: when the process dies the proxy
+- **Held by this process.** The pool holds the stdin of the proxy and the holder (they exit when
+  it closes), and all three carry this process's owner labels: when the process dies the proxy
   follows it and the janitor (`remove_orphans`) removes the network; while it lives the janitor
   leaves them alone. At interpreter exit the pool removes what it holds.
 - **Idle ones go**: after `idle_seconds` (5 minutes) without a session they are removed, so a
