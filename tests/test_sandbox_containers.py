@@ -20,26 +20,38 @@ from importlib.metadata import version
 from typing import Any
 
 import anyio
+import docker.errors
 import pytest
 from mcp import Client, MCPError
 from mcp_types import CallToolResult, TextContent
 
 from tests.sandbox_images import SandboxTestImages, ensure_node_test_image, ensure_test_images
 from workers.adapters.sandbox import (
+    EGRESS_POOL,
     ContainerFate,
     ContainerSpec,
+    EgressPool,
     EngineUnavailableError,
     SandboxError,
     SandboxTransport,
     build_package_image,
     connect_engine,
+    egress_policy,
     networks,
     remove_orphans,
+    remove_stale_egress,
     remove_surplus_egress_networks,
     sandbox_transport,
 )
+from workers.adapters.sandbox.egress_pool import LABEL_EGRESS_POLICY
 from workers.adapters.sandbox.images import LABEL_INPUTS, NODE_VERSION
-from workers.adapters.sandbox.spec import LABEL_MANAGED, LABEL_OWNER, LABEL_ROLE, LABEL_SESSION
+from workers.adapters.sandbox.spec import (
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    LABEL_ROLE,
+    LABEL_SERVER,
+    LABEL_SESSION,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -254,6 +266,8 @@ async def test_workers_racing_to_create_the_egress_bridge_never_make_it_ambiguou
     # Docker lets two networks share a name when they are created at the same moment, and then no
     # container starts on that name ("network ... is ambiguous"): seen in this suite when sessions
     # started together. Each creation has a name of its own and everyone takes the oldest.
+    # The proxies this process keeps (earlier proxied tests) are on the bridge: they go first.
+    EGRESS_POOL.close(engine)
     for network in networks.egress_networks(engine):
         networks.remove_network_when_empty(engine, network["Id"])
     barrier = threading.Barrier(4)
@@ -526,3 +540,211 @@ async def test_the_janitor_removes_what_a_killed_worker_left_but_not_a_live_ones
     assert all("dying-worker" in line for line in removed)
     assert engine.api.containers(all=True, filters=filters) == []
     assert engine.api.networks(filters=filters) == []
+
+
+# --- The proxied mode's kept networks (egress_pool): each test has a pool and a server key of its
+# own, and closes the pool at the end.
+
+
+@pytest.fixture
+def pool(engine) -> Iterator[EgressPool]:
+    made = EgressPool(idle_seconds=600)
+    yield made
+    made.close(engine)
+
+
+def new_server_key() -> str:
+    return f"egress-{time.monotonic_ns()}"
+
+
+def kept_networks(engine, server_key: str) -> list[str]:
+    found = engine.api.networks(filters={"label": [f"{LABEL_SERVER}={server_key}"]})
+    return sorted(n["Id"] for n in found if LABEL_EGRESS_POLICY in (n.get("Labels") or {}))
+
+
+def exists(engine, kind: str, ident: str) -> bool:
+    try:
+        if kind == "network":
+            engine.api.inspect_network(ident)
+        else:
+            engine.api.inspect_container(ident)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+async def until(condition, seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        await anyio.sleep(0.1)
+
+
+async def test_a_restarted_proxied_server_reuses_its_network_and_proxy(
+    engine, images, pool, bridge_http, bridge_address
+):
+    server_key = new_server_key()
+    allowed, other = bridge_http
+    spec = hostile(
+        images,
+        server_key=server_key,
+        network_mode="proxied",
+        egress_allowlist=[f"{bridge_address}:{allowed}"],
+    )
+    seen: list[tuple[str, str, bool]] = []
+    logs = []
+    for _ in range(2):
+        transport = sandbox_transport(spec, engine=engine, egress_pool=pool)
+        async with Client(transport) as client:
+            assert await call(client, "http_get", url=f"http://{bridge_address}:{allowed}/") == (
+                f"200 hello from {allowed}"
+            )
+            refused = await call(client, "http_get", url=f"http://{bridge_address}:{other}/")
+            assert refused.startswith("403 Toolroom egress proxy:")
+            [entry] = pool.entries()
+            seen.append((entry.network_id, entry.proxy_id, transport.container_id is not None))
+        logs.append(list(transport.proxy_log))
+        # The session is over; its network and proxy stay for the next one.
+        assert exists(engine, "network", entry.network_id)
+        assert exists(engine, "container", entry.proxy_id)
+        assert entry.users == 0
+
+    assert seen[0] == seen[1], "the second session made a network and proxy of its own"
+    # Each session's log has its own decisions, not the other's.
+    for log in logs:
+        assert sum(line.startswith(f"allow GET {bridge_address}:{allowed}") for line in log) == 1
+        assert sum(line.startswith("deny GET") for line in log) == 1
+    assert kept_networks(engine, server_key) == [seen[0][0]]
+
+    pool.close(engine)
+    assert not exists(engine, "network", seen[0][0])
+    assert not exists(engine, "container", seen[0][1])
+
+
+async def test_a_changed_allowlist_gets_a_new_network_and_the_old_one_goes(
+    engine, images, pool, bridge_address, bridge_http
+):
+    server_key = new_server_key()
+    first, second = bridge_http
+
+    async def session(allowed: int, denied: int) -> tuple[str, str]:
+        spec = hostile(
+            images,
+            server_key=server_key,
+            network_mode="proxied",
+            egress_allowlist=[f"{bridge_address}:{allowed}"],
+        )
+        async with Client(sandbox_transport(spec, engine=engine, egress_pool=pool)) as client:
+            assert await call(client, "http_get", url=f"http://{bridge_address}:{allowed}/") == (
+                f"200 hello from {allowed}"
+            )
+            refused = await call(client, "http_get", url=f"http://{bridge_address}:{denied}/")
+            assert refused.startswith("403 Toolroom egress proxy:"), refused
+            [entry] = pool.entries()
+            return entry.network_id, entry.proxy_id
+
+    old_network, old_proxy = await session(first, second)
+    new_network, new_proxy = await session(second, first)
+
+    assert new_network != old_network
+    assert new_proxy != old_proxy
+    assert not exists(engine, "network", old_network)
+    assert not exists(engine, "container", old_proxy)
+    assert kept_networks(engine, server_key) == [new_network]
+
+
+async def test_the_janitor_leaves_a_live_one_and_stale_ones_go_once_no_session_is_on_them(
+    engine, images, pool
+):
+    server_key = new_server_key()
+    spec = hostile(images, server_key=server_key, network_mode="proxied")
+    async with Client(sandbox_transport(spec, engine=engine, egress_pool=pool)) as client:
+        await call(client, "echo", text="one")
+    [entry] = pool.entries()
+
+    # Held by this (live) process: no orphan, though no session is on it.
+    removed = remove_orphans(owner_label_value=spec.owner, engine=engine)
+    assert not any(entry.network_name in line for line in removed), removed
+    assert exists(engine, "network", entry.network_id)
+
+    # The registry still wants it with this policy: it stays.
+    wanted = {server_key: egress_policy(spec.egress_allowlist)}
+    assert remove_stale_egress(wanted, engine=engine, servers=[server_key]) == []
+    assert exists(engine, "network", entry.network_id)
+
+    # Retired (not wanted any more) while a session is on it: it stays until the session ends.
+    async with Client(sandbox_transport(spec, engine=engine, egress_pool=pool)) as client:
+        assert remove_stale_egress({}, engine=engine, servers=[server_key]) == []
+        assert await call(client, "echo", text="two") == "two"
+    assert exists(engine, "network", entry.network_id)
+
+    removed = remove_stale_egress({}, engine=engine, servers=[server_key])
+    assert removed == [f"network {entry.network_name}"]
+    assert not exists(engine, "network", entry.network_id)
+    assert not exists(engine, "container", entry.proxy_id)
+    # The pool saw its proxy go and never hands that network out again.
+    await until(lambda: pool.entries() == [])
+    async with Client(sandbox_transport(spec, engine=engine, egress_pool=pool)) as client:
+        assert await call(client, "echo", text="three") == "three"
+    [again] = pool.entries()
+    assert again.network_id != entry.network_id
+
+
+async def test_a_proxy_that_dies_is_replaced_and_an_idle_network_goes(engine, images):
+    server_key = new_server_key()
+    pool = EgressPool(idle_seconds=1.0)
+    try:
+        spec = hostile(images, server_key=server_key, network_mode="proxied")
+        async with Client(sandbox_transport(spec, engine=engine, egress_pool=pool)) as client:
+            await call(client, "echo", text="one")
+        [entry] = pool.entries()
+        engine.api.kill(entry.proxy_id)
+        await until(lambda: pool.entries() == [])
+        # A dead proxy's network goes with it when no session is on it.
+        await until(lambda: not exists(engine, "network", entry.network_id))
+
+        async with Client(sandbox_transport(spec, engine=engine, egress_pool=pool)) as client:
+            assert await call(client, "echo", text="two") == "two"
+        [fresh] = pool.entries()
+        assert fresh.network_id != entry.network_id
+        # Idle for longer than the pool's idle time: removed by the reaper.
+        await until(lambda: not exists(engine, "network", fresh.network_id), seconds=20)
+        assert not exists(engine, "container", fresh.proxy_id)
+        assert pool.entries() == []
+    finally:
+        pool.close(engine)
+
+
+async def test_a_network_prepared_ahead_is_the_one_the_first_session_finds(engine, images, pool):
+    spec = hostile(images, server_key=new_server_key(), network_mode="proxied")
+    asked: list[str] = []
+
+    def proxy_image() -> str:
+        asked.append("proxy image")
+        return str(images.proxy.reference)
+
+    made = await anyio.to_thread.run_sync(
+        lambda: pool.prepare(engine, spec, image=proxy_image, timeout=60)
+    )
+    [prepared] = pool.entries()
+    assert made
+    assert asked == ["proxy image"]
+    assert prepared.users == 0
+    assert prepared.ready.is_set()
+    # Again: found kept, nothing made or asked.
+    assert not await anyio.to_thread.run_sync(
+        lambda: pool.prepare(engine, spec, image=proxy_image, timeout=60)
+    )
+    assert asked == ["proxy image"]
+
+    transport = sandbox_transport(spec, engine=engine, egress_pool=pool)
+    async with Client(transport) as client:
+        assert await call(client, "echo", text="ready") == "ready"
+        [entry] = pool.entries()
+        assert entry is prepared
+        assert entry.users == 1
+        # The server runs in the namespace of the kept network's holder.
+        host_config = engine.api.inspect_container(transport.container_id)["HostConfig"]
+        assert host_config["NetworkMode"] == f"container:{prepared.holder_id}"
+        holder = engine.api.inspect_container(prepared.holder_id)["NetworkSettings"]["Networks"]
+        assert [n["NetworkID"] for n in holder.values()] == [prepared.network_id]

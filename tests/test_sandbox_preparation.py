@@ -4,19 +4,27 @@ outcome the admin sees, with the real engine and with none answering."""
 from __future__ import annotations
 
 import io
+import time
 
+import anyio
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
+from mcp import Client
 
+from registry.core import task_queue
 from registry.servers.models import DiscoveryRun, SandboxPreparation
 from registry.servers.sandbox_preparation import (
     FIX_COMMAND,
     sandbox_needs,
     sandbox_preparation_record,
 )
+from registry.servers.services import server_retire, server_update
 from tests.factories import McpServerFactory
 from tests.sandbox_images import ensure_node_test_image, ensure_test_images
+from workers.adapters.sandbox import ContainerSpec, EgressPool, connect_engine, sandbox_transport
+from workers.adapters.sandbox.egress_pool import StandingEgress
+from workers.tasks import sandbox_egress_clean
 
 pytestmark = pytest.mark.django_db
 
@@ -104,3 +112,67 @@ def test_the_fleet_page_shows_the_progress_while_images_build(client, alice):
     fleet = client.get(reverse("admin:servers_mcpserver_fleet")).content.decode()
 
     assert "Building images</strong> (0/3 done): building toolroom/sandbox-base:bookworm" in fleet
+
+
+def test_retiring_or_re_allowlisting_a_proxied_server_removes_its_kept_egress_network(
+    alice, monkeypatch, django_capture_on_commit_callbacks
+):
+    """The kept network and proxy of a proxied server (egress_pool) go once the registry no
+    longer wants them: the change sends the clean-up task, and the task removes them."""
+    images = ensure_test_images(say=lambda _line: None)
+    sent: list[tuple[str, list[object]]] = []
+    monkeypatch.setattr(
+        task_queue,
+        "send_now",
+        lambda name, *, args=(), **options: sent.append((name, list(args))),
+    )
+    slug = f"kept-egress-{time.monotonic_ns()}"
+    server = _sandboxed(
+        slug,
+        network_mode="proxied",
+        egress_allowlist=["first.invalid:443"],
+        review_status="approved",
+    )
+    engine = connect_engine()
+    pool = EgressPool()
+
+    async def session(allowlist: list[str]) -> StandingEgress:
+        spec = ContainerSpec(
+            server_key=slug,
+            image=images.servers.reference,
+            argv=["python3", "/opt/servers/honest.py"],
+            network_mode="proxied",
+            egress_allowlist=allowlist,
+        )
+        async with Client(sandbox_transport(spec, engine=engine, egress_pool=pool)) as client:
+            await client.list_tools()
+        [entry] = pool.entries()
+        return entry
+
+    def network_exists(entry: StandingEgress) -> bool:
+        return bool(engine.api.networks(filters={"id": [entry.network_id]}))
+
+    try:
+        first = anyio.run(session, ["first.invalid:443"])
+        assert sandbox_egress_clean([slug]) == []  # still what the registry says: kept
+        assert network_exists(first)
+
+        with django_capture_on_commit_callbacks(execute=True):
+            server_update(
+                actor=alice, server=server, changes={"egress_allowlist": ["second.invalid:443"]}
+            )
+        assert sent == [(task_queue.SANDBOX_EGRESS_CLEAN, [[slug]])]
+        assert sandbox_egress_clean(*sent.pop()[1]) == [f"network {first.network_name}"]
+        assert not network_exists(first)
+
+        second = anyio.run(session, ["second.invalid:443"])
+        assert sandbox_egress_clean([slug]) == []
+        server.refresh_from_db()
+        with django_capture_on_commit_callbacks(execute=True):
+            server_retire(actor=alice, server=server)
+        assert sent == [(task_queue.SANDBOX_EGRESS_CLEAN, [[slug]])]
+        assert sandbox_egress_clean(*sent.pop()[1]) == [f"network {second.network_name}"]
+        assert not network_exists(second)
+    finally:
+        pool.close(engine)
+        engine.close()

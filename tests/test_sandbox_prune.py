@@ -44,7 +44,7 @@ def repository(engine):
 
 
 def _build(engine, repository, tag, *, package=""):
-    """A server image (labelled as images.py labels them) with 1 MB of its own."""
+    """A server image (labelled as images/ labels them) with 1 MB of its own."""
     base = build_base_image(engine=engine)
     inputs = {"kind": "npm", "package": package} if package else {"kind": "test", "tag": tag}
     dockerfile = f"FROM {base.digest}\nCOPY blob /blob\n".encode()

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from workers.adapters.sandbox import ContainerFate, ContainerSpec, HostMount, SandboxSpecError
-from workers.adapters.sandbox.images import _default_command, _parse_console_scripts, apt_mirror
+from workers.adapters.sandbox.images.base import apt_mirror
+from workers.adapters.sandbox.images.build import _default_command
+from workers.adapters.sandbox.images.pypi import _parse_console_scripts
 from workers.adapters.sandbox.networks import _creation_order
 from workers.adapters.sandbox.spec import (
     LABEL_MANAGED,
@@ -281,7 +283,7 @@ def test_an_unpinned_package_is_refused(registry, text):
 
 
 def test_the_image_inputs_hash_is_stable():
-    from workers.adapters.sandbox.images import _inputs_hash
+    from workers.adapters.sandbox.images.build import _inputs_hash
 
     inputs = {"b": [1, 2], "a": "x"}
     assert _inputs_hash(inputs) == _inputs_hash(json.loads(json.dumps(inputs)))

@@ -3,7 +3,8 @@
 Every worker kills orphaned server processes on its host and starts its heartbeat (beat starts
 one too, workers/heartbeat.py). A worker that consumes the runtime
 queue with the threads (or solo) pool also runs the RuntimeManager; a prefork runtime worker
-would run tasks in child processes that cannot reach the manager, so it is refused loudly.
+would run tasks in child processes that cannot reach the manager, so it is refused loudly. A
+worker that stops removes the proxied networks it kept (workers/adapters/sandbox/egress_pool.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.signals import beat_init, task_postrun, task_prerun, worker_ready, worker_shutdown
+from celery.signals import (
+    beat_init,
+    task_postrun,
+    task_prerun,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
 from registry.core import task_queue
 from registry.core.models import ProcessKind
@@ -20,7 +28,7 @@ from registry.servers.runtime import runtime_forget_owner
 from workers.heartbeat import heartbeat_start, heartbeat_stop, sandbox_state
 from workers.janitor import kill_orphans
 from workers.runtime import start_manager, stop_manager
-from workers.sandboxing import clean_up_orphans
+from workers.sandboxing import clean_up_orphans, close_kept_egress
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +78,14 @@ def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
 def on_worker_shutdown(**kwargs: Any) -> None:
     heartbeat_stop()
     stop_manager()
+    # The kept proxied networks go with the worker (its sessions are over by now); were it
+    # killed, its proxies exit with it and the janitor removes the networks at the next start.
+    close_kept_egress()
+
+
+@worker_process_shutdown.connect
+def on_worker_process_shutdown(**kwargs: Any) -> None:
+    close_kept_egress()  # a prefork child's own kept networks
 
 
 @beat_init.connect

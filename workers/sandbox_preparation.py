@@ -9,6 +9,9 @@ where no engine answers, it records that once, with the command that fixes it.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import Callable
 
 from registry.servers.models import SandboxPreparationState
@@ -22,6 +25,7 @@ from workers.adapters.sandbox import (
     BASE_IMAGE,
     NODE_BASE_IMAGE,
     EngineUnavailableError,
+    ImageBuildError,
     SandboxError,
     build_base_image,
     build_proxy_image,
@@ -31,6 +35,33 @@ from workers.adapters.sandbox import (
 
 Say = Callable[[str], None]
 ACTOR = "worker:sandbox-prepare"
+APT_TIMEOUT = 600
+
+
+def _ensure_debootstrap(say: Say) -> None:
+    """debootstrap builds the base images: on a fresh Debian machine (root, apt) install it the
+    way scripts/ensure-sandbox-image does; elsewhere the build's own error names what is missing."""
+    if shutil.which("debootstrap") or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return
+    say("sandbox: installing Debian's debootstrap (it builds the base images)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    output = ""
+    # Without package lists (a fresh machine) the first install fails: update, then again.
+    for argv in (["install", "-y", "-qq", "debootstrap"], ["update", "-qq"]) * 2:
+        done = subprocess.run(  # noqa: S603 - fixed argv lists, never a shell
+            ["apt-get", *argv],  # noqa: S607 - apt-get from PATH, as scripts/ensure-sandbox-image
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=APT_TIMEOUT,
+            check=False,
+        )
+        output = (done.stdout + done.stderr).strip()
+        if shutil.which("debootstrap"):
+            return
+    raise ImageBuildError(
+        "debootstrap could not be installed with apt-get: " + (output.splitlines() or ["?"])[-1]
+    )
 
 
 def prepare_sandbox(*, say: Say) -> str:
@@ -66,6 +97,8 @@ def prepare_sandbox(*, say: Say) -> str:
         if needs.proxy:
             # Cheap when it is there (its tag is a hash of its inputs); built on the base.
             steps.append(("the egress proxy's image", lambda: build_proxy_image(engine=engine)))
+        if any(label.startswith("building") for label, _build in steps):
+            steps.insert(0, ("installing debootstrap", lambda: _ensure_debootstrap(say)))
         total = len(steps)
         for done, (label, build) in enumerate(steps):
             sandbox_preparation_record(

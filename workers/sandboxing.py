@@ -11,8 +11,10 @@ has already checked against the trust tier and the data sensitivity.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,21 +30,28 @@ from registry.servers.importing.launchers import (
 )
 from registry.servers.launch import LaunchPlan
 from registry.servers.runtime import server_sandbox_image_record
+from registry.servers.sandbox_preparation import sandbox_egress_allowlists
 from workers.adapters.mcp_client import McpFailure, TransportTarget
 from workers.adapters.sandbox import (
     BASE_IMAGE,
+    EGRESS_POOL,
     NODE_BASE_IMAGE,
     ContainerSpec,
     ImageRef,
     SandboxError,
     SandboxSpecError,
     build_package_image,
+    build_proxy_image,
     connect_engine,
+    egress_policy,
     image_digest,
     remove_orphans,
+    remove_stale_egress,
     remove_surplus_egress_networks,
     sandbox_transport,
 )
+
+logger = logging.getLogger(__name__)
 
 _NODE_PROGRAMS = frozenset({"node", "npx", "npm"})
 
@@ -53,12 +62,27 @@ def sandbox_owner() -> str:
 
 
 def clean_up_orphans() -> list[str]:
-    """Remove what dead workers of this owner left, and surplus egress bridges; [] if no engine."""
+    """Remove what dead workers of this owner left, surplus egress bridges and the kept egress
+    networks no server needs any more; [] if no engine."""
     try:
         removed = remove_orphans(owner_label_value=sandbox_owner())
-        return removed + remove_surplus_egress_networks()
+        return removed + remove_surplus_egress_networks() + clean_up_stale_egress()
     except SandboxError:
         return []
+
+
+def close_kept_egress() -> None:
+    """Remove the proxied networks and proxies this process kept (the worker stops)."""
+    EGRESS_POOL.close()
+
+
+def clean_up_stale_egress(servers: Sequence[str] | None = None) -> list[str]:
+    """Remove the kept proxied networks (and proxies) of servers that are retired, deleted, no
+    longer proxied or proxied with another allowlist (`servers`: only those slugs)."""
+    wanted = {
+        slug: egress_policy(allowlist) for slug, allowlist in sandbox_egress_allowlists().items()
+    }
+    return remove_stale_egress(wanted, servers=servers)
 
 
 def _launched(argv: Sequence[str]) -> Launcher | None:
@@ -155,29 +179,54 @@ def _record_image(plan: LaunchPlan, image: ImageRef) -> None:
         close_old_connections()
 
 
+def _spec(plan: LaunchPlan, image: str, argv: Sequence[str]) -> ContainerSpec:
+    return ContainerSpec(
+        server_key=plan.slug,
+        image=image,
+        argv=tuple(argv),
+        env=dict(plan.env),
+        working_dir=plan.working_directory,
+        memory_mb=plan.memory_limit_mb,
+        # Docker refuses more CPUs than the engine's host has.
+        cpus=min(float(plan.cpu_limit), float(os.cpu_count() or 1)),
+        pids_limit=plan.pids_limit,
+        network_mode=plan.network_mode,  # type: ignore[arg-type]
+        egress_allowlist=tuple(plan.egress_allowlist),
+        owner=sandbox_owner(),
+        runtime_id=f"server-{plan.server_id}",
+    )
+
+
+def _prepare_egress(plan: LaunchPlan) -> None:
+    """A proxied server's network and proxy, made (or found kept) while its image is resolved,
+    so that its session finds them ready; a failure here is the session's to report."""
+    try:
+        spec = _spec(plan, BASE_IMAGE, ())
+        engine = connect_engine()
+    except SandboxError:
+        return
+    try:
+        EGRESS_POOL.prepare(engine, spec, image=lambda: build_proxy_image(engine=engine).reference)
+    except Exception as exc:
+        logger.warning("The egress proxy of %s could not be prepared: %s", plan.slug, exc)
+    finally:
+        engine.close()
+
+
 async def sandbox_target(plan: LaunchPlan) -> TransportTarget:
     """A target whose transport runs the server in a fresh hardened container."""
+    if plan.network_mode == "proxied":
+        # Alongside the image: the session waits for what this has not finished yet.
+        threading.Thread(
+            target=_prepare_egress, args=(plan,), name=f"egress-{plan.slug}", daemon=True
+        ).start()
     try:
         image, argv = await anyio.to_thread.run_sync(functools.partial(_resolve, plan))
     except SandboxError as exc:
         raise McpFailure("spawn", f"The sandbox could not prepare {plan.name}: {exc}") from exc
     await anyio.to_thread.run_sync(functools.partial(_record_image, plan, image))
     try:
-        spec = ContainerSpec(
-            server_key=plan.slug,
-            image=image.reference,
-            argv=tuple(argv),
-            env=dict(plan.env),
-            working_dir=plan.working_directory,
-            memory_mb=plan.memory_limit_mb,
-            # Docker refuses more CPUs than the engine's host has.
-            cpus=min(float(plan.cpu_limit), float(os.cpu_count() or 1)),
-            pids_limit=plan.pids_limit,
-            network_mode=plan.network_mode,  # type: ignore[arg-type]
-            egress_allowlist=tuple(plan.egress_allowlist),
-            owner=sandbox_owner(),
-            runtime_id=f"server-{plan.server_id}",
-        )
+        spec = _spec(plan, image.reference, argv)
     except SandboxSpecError as exc:
         raise McpFailure("spawn", f"The sandbox refuses {plan.name}'s launch spec: {exc}") from exc
     holder: dict[str, Any] = {}

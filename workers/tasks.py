@@ -37,6 +37,7 @@ from workers.discovery import run_discovery
 from workers.health import run_health_batch
 from workers.runtime_host import current_manager
 from workers.sandbox_pruning import describe_bytes, sandbox_images_prune
+from workers.sandboxing import clean_up_stale_egress
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +136,17 @@ def discovery_schedule() -> int:
 @app.task(name=task_queue.HEALTH_HISTORY_PRUNE)
 def prune_health_history() -> int:
     return health_history_prune()
+
+
+@app.task(name=task_queue.SANDBOX_EGRESS_CLEAN)
+def sandbox_egress_clean(servers: list[str] | None = None) -> list[str]:
+    """Remove the kept proxied networks of these servers (all when None) that no longer fit
+    their server: retired, no longer proxied, or proxied with another allowlist."""
+    try:
+        return clean_up_stale_egress(servers)
+    except SandboxError as exc:
+        logger.warning("Removing stale egress networks skipped: %s", exc.message)
+        return []
 
 
 @app.task(name=task_queue.SANDBOX_IMAGES_PRUNE)

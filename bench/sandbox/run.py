@@ -9,6 +9,9 @@ mcp-server-time), it measures side by side, alternating local and sandboxed runs
   when the server's process started (the engine's StartedAt), which splits the cold start into the
   container's own overhead (create, attach, start: before the process runs) and the server's own
   start-up inside the container (from its start to its first answer);
+- the proxied mode twice: a server's first session, which makes its network and egress proxy
+  (a pool of its own per run, closed with the session), and a restart, which finds them kept
+  from the session before (one pool for all runs, warmed by one session not measured);
 - warm calls: the latency of one tool call on an open session, median and p95 over `--calls`
   calls, the two sessions open at once and the calls alternating between them.
 
@@ -19,6 +22,7 @@ images come from scripts/ensure-sandbox-image. Prints a Markdown table (docs/ben
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -40,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from tests.sandbox_images import ensure_test_images  # noqa: E402
 from workers.adapters.sandbox import (  # noqa: E402
     ContainerSpec,
+    EgressPool,
     SandboxTransport,
     connect_engine,
     engine_version,
@@ -58,6 +63,8 @@ class Case:
     spec: ContainerSpec
     tool: str
     arguments: dict[str, Any]
+    # proxied only: "first" (network and proxy made per run) or "restart" (kept from before)
+    egress: str = ""
 
 
 @dataclass
@@ -91,8 +98,9 @@ async def cold_local(case: Case) -> ColdRun:
     return ColdRun(total=listed - started, teardown=time.perf_counter() - listed)
 
 
-async def cold_sandbox(case: Case, engine: Engine) -> ColdRun:
-    transport = sandbox_transport(case.spec, engine=engine)
+async def cold_sandbox(case: Case, engine: Engine, kept: EgressPool) -> ColdRun:
+    pool = EgressPool() if case.egress == "first" else kept
+    transport = sandbox_transport(case.spec, engine=engine, egress_pool=pool)
     wall_started = time.time()
     started = time.perf_counter()
     async with Client(transport) as client:
@@ -102,6 +110,8 @@ async def cold_sandbox(case: Case, engine: Engine) -> ColdRun:
         process_started = await anyio.to_thread.run_sync(
             _started_at, engine, transport.container_id
         )
+    if pool is not kept:  # a first session's network and proxy go with it, as before the pool
+        await anyio.to_thread.run_sync(pool.close, engine)
     return ColdRun(
         total=listed - started,
         overhead=process_started - wall_started,
@@ -237,26 +247,37 @@ async def main(cold_runs: int, calls: int) -> None:
             arguments={"timezone": "UTC"},
         ),
     ]
-    proxied = Case(
-        name="SDK server, proxied network",
-        local=cases[0].local,
-        spec=ContainerSpec(
-            server_key="bench-proxied",
-            image=images.servers.reference,
-            argv=["python3", "/opt/servers/honest.py"],
-            network_mode="proxied",
-            **limits,
-        ),
-        tool="echo",
-        arguments={"text": "hello"},
-    )
+    proxied = [
+        Case(
+            name=f"SDK server, proxied network, {label}",
+            local=cases[0].local,
+            spec=ContainerSpec(
+                server_key=f"bench-proxied-{egress}",
+                image=images.servers.reference,
+                argv=["python3", "/opt/servers/honest.py"],
+                network_mode="proxied",
+                egress_allowlist=["example.invalid:443"],
+                **limits,
+            ),
+            tool="echo",
+            arguments={"text": "hello"},
+            egress=egress,
+        )
+        for egress, label in (
+            ("first", "first session (makes network and proxy)"),
+            ("restart", "restart (network and proxy kept)"),
+        )
+    ]
+    kept = EgressPool()
+    # The session before the restarts: it makes the network and proxy they find.
+    await cold_sandbox(proxied[1], engine, kept)
     results: list[Result] = []
-    for case in [*cases, proxied]:
+    for case in [*cases, *proxied]:
         result = Result(case)
         for _ in range(cold_runs):
             result.local_cold.append(await cold_local(case))
-            result.sandbox_cold.append(await cold_sandbox(case, engine))
-        if case is not proxied:
+            result.sandbox_cold.append(await cold_sandbox(case, engine, kept))
+        if not case.egress:
             result.local_warm, result.sandbox_warm = await warm(
                 stdio_client(case.local), sandbox_transport(case.spec, engine=engine), case, calls
             )
@@ -280,9 +301,11 @@ async def main(cold_runs: int, calls: int) -> None:
         ),
         calls,
     )
+    await anyio.to_thread.run_sync(kept.close, engine)
     header = [
         (
-            f"Measured {datetime.now().astimezone():%Y-%m-%d} on this machine: "
+            f"Measured {datetime.now().astimezone():%Y-%m-%d %H:%M %Z} on this machine "
+            f"(load average {os.getloadavg()[0]:.1f} at the end): "
             f"{engine_version(engine)}, Python {sys.version.split()[0]} (local), {calls} warm "
             f"calls, {cold_runs} cold starts per server, container limits 2 CPUs / 512 MB, "
             "network none unless said."

@@ -26,6 +26,7 @@ RUNTIME_RECONCILE = "toolroom.runtime_reconcile"
 RUNTIME_COMMAND = "toolroom.runtime_command"
 RUNTIME_PROBE_BATCH = "toolroom.runtime_probe_batch"
 SANDBOX_IMAGES_PRUNE = "toolroom.sandbox_images_prune"
+SANDBOX_EGRESS_CLEAN = "toolroom.sandbox_egress_clean"
 ACCESS_REQUEST_EMAIL = "toolroom.access_request_email"
 WEBHOOK_DELIVER = "toolroom.webhook_deliver"
 

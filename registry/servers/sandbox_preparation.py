@@ -50,6 +50,16 @@ def _sandboxed_servers() -> list[McpServer]:
     )
 
 
+def sandbox_egress_allowlists() -> dict[str, tuple[str, ...]]:
+    """Server key (slug) -> egress allowlist of every sandboxed server that runs proxied: the
+    kept egress networks of any other server, or of another allowlist, are stale."""
+    return {
+        server.slug: tuple(server.egress_allowlist or ())
+        for server in _sandboxed_servers()
+        if server.network_mode == NetworkMode.PROXIED
+    }
+
+
 def sandbox_needs() -> SandboxNeeds:
     servers = _sandboxed_servers()
     node = any(

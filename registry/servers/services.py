@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from registry.audit.services import Actor, actor_label, audit_record
+from registry.core import task_queue
 from registry.core.errors import ApplicationError
 from registry.servers.discovery import discovery_request
 from registry.servers.importing.launchers import LauncherError, launcher_parse
@@ -117,6 +118,8 @@ RUNTIME_FIELDS = LAUNCH_FIELDS | frozenset(
         "pids_limit",
     }
 )
+# What a sandboxed server's kept egress network and proxy are made for (its key and policy).
+EGRESS_FIELDS = frozenset({"slug", "isolation", "network_mode", "egress_allowlist"})
 # What agents see of a server in their catalogue (the slug is part of every tool's name).
 CATALOGUE_FIELDS = frozenset(
     {"slug", "name", "description", "category", "version", "homepage_url", "repository_url"}
@@ -299,6 +302,8 @@ def server_update(*, actor: Actor, server: McpServer, changes: Mapping[str, Any]
         announce_visibility_change(server_ids=[locked.pk], reason="server.tier_changed")
     if changed & LAUNCH_FIELDS:
         _discover_after_change(locked, actor=actor, trigger="launch changed")
+    if changed & EGRESS_FIELDS:
+        _sandbox_egress_clean_on_commit(original.slug, locked.slug)
     if changed & RUNTIME_FIELDS:
         # A warm runtime runs the old spec: a new session (a new container, in the stricter
         # network mode where that is what changed) takes its place.
@@ -465,6 +470,17 @@ def _ratchet_network_to_sensitivity(
     return tightened
 
 
+def _sandbox_egress_clean_on_commit(*slugs: str) -> None:
+    """A server's kept proxied network (workers/adapters/sandbox/egress_pool.py) may no longer
+    fit: once the change is committed, a worker removes what does not (a network a session is
+    still on stays until its process drops it)."""
+    servers = sorted(set(slugs))
+    transaction.on_commit(
+        lambda: task_queue.send_now(task_queue.SANDBOX_EGRESS_CLEAN, args=[servers], expires=3600),
+        robust=True,
+    )
+
+
 def _discover_after_change(server: McpServer, *, actor: Actor, trigger: str) -> None:
     """What a server offers may have changed: have the workers look (after commit)."""
     discovery_request(server=server, actor=actor, trigger=trigger)
@@ -568,6 +584,8 @@ def _server_transition(
     announce_visibility_change(server_ids=[locked.pk], reason=f"server.{transition.target.value}")
     if transition.target == ReviewStatus.APPROVED:
         _discover_after_change(locked, actor=actor, trigger="approved")
+    if transition.target == ReviewStatus.RETIRED:
+        _sandbox_egress_clean_on_commit(locked.slug)
     return locked
 
 

@@ -238,9 +238,9 @@ def launcher_parse(argv: list[str]) -> Launcher | None:
     runner, width = found
     rest = list(argv[width:])
     if runner in NPM_RUNNERS.values():
-        launcher = _parse_npm(runner, rest)
+        launcher = _parse_package(_NPM_RUNNER, runner, rest)
     elif runner in PYPI_RUNNERS.values():
-        launcher = _parse_pypi(runner, rest)
+        launcher = _parse_package(_PYPI_RUNNER, runner, rest)
     else:
         launcher = _parse_docker(runner, rest)
     if os.path.basename(argv[0]) != argv[0]:
@@ -259,7 +259,21 @@ def _option_value(rest: list[str], index: int, option: str) -> tuple[str, int]:
     return rest[index + 1], index + 2
 
 
-def _parse_npm(runner: str, rest: list[str]) -> Launcher:
+@dataclass(frozen=True)
+class _PackageRunner:
+    """What tells npm's runners (npx, pnpm dlx, bunx) from PyPI's (uvx, uv tool run, pipx run):
+    their harmless flags, the options naming the package apart from the program, the spec."""
+
+    registry: Literal["npm", "pypi"]
+    flags: frozenset[str]
+    package_options: frozenset[str]
+    split_spec: Callable[[str], tuple[str, str]]
+    refused_options: str  # what the options it refuses change, for the message
+    package_option_once: bool  # a second --package is another package (npm), not a correction
+    program_is_package: Callable[[str, str], bool]  # a program naming the package itself
+
+
+def _parse_package(kind: _PackageRunner, runner: str, rest: list[str]) -> Launcher:
     package = ""
     index = 0
     while index < len(rest) and rest[index].startswith("-"):
@@ -268,32 +282,29 @@ def _parse_npm(runner: str, rest: list[str]) -> Launcher:
         if word == "--":
             index += 1
             break
-        if name in _NPM_PACKAGE_OPTIONS:
-            if package:
+        if name in kind.package_options:
+            if package and kind.package_option_once:
                 raise LauncherError(
                     f"{runner} installs more than one package (--package twice); Toolroom runs "
                     "one package per server."
                 )
             package, index = _option_value(rest, index, name)
             continue
-        if name in _NPM_FLAGS:
+        if name in kind.flags:
             index += 1
             continue
         raise LauncherError(
             f"The {runner} option {word!r} is not supported: it changes how or what {runner} "
-            "installs. Remove it, or register the package without it."
+            f"installs{kind.refused_options}. Remove it, or register the package without it."
         )
     if index >= len(rest):
         raise LauncherError(f"{runner} is given no package to run.")
-    program = ""
-    if package:
-        program = rest[index]
-        spec = package
-    else:
-        spec = rest[index]
-    identifier, version = _split_npm_spec(spec)
+    program = rest[index] if package else ""
+    identifier, version = kind.split_spec(package or rest[index])
+    if program and kind.program_is_package(program, identifier):
+        program = ""
     return Launcher(
-        registry="npm",
+        registry=kind.registry,
         runner=runner,
         identifier=identifier,
         version=version,
@@ -321,47 +332,6 @@ def _split_npm_spec(spec: str) -> tuple[str, str]:
             "the newest one at import."
         )
     return identifier, version.removeprefix("v")
-
-
-def _parse_pypi(runner: str, rest: list[str]) -> Launcher:
-    package = ""
-    index = 0
-    while index < len(rest) and rest[index].startswith("-"):
-        word = rest[index]
-        name = word.split("=", 1)[0]
-        if word == "--":
-            index += 1
-            break
-        if name in _PYPI_PACKAGE_OPTIONS:
-            package, index = _option_value(rest, index, name)
-            continue
-        if name in _PYPI_FLAGS:
-            index += 1
-            continue
-        raise LauncherError(
-            f"The {runner} option {word!r} is not supported: it changes how or what {runner} "
-            "installs (extra packages, indexes, Python versions). Remove it, or register the "
-            "package without it."
-        )
-    if index >= len(rest):
-        raise LauncherError(f"{runner} is given no package to run.")
-    program = ""
-    if package:
-        spec = package
-        program = rest[index]
-    else:
-        spec = rest[index]
-    identifier, version = _split_pypi_spec(spec)
-    if program and _normalise_pypi(program) == _normalise_pypi(identifier):
-        program = ""
-    return Launcher(
-        registry="pypi",
-        runner=runner,
-        identifier=identifier,
-        version=version,
-        program=program,
-        arguments=tuple(rest[index + 1 :]),
-    )
 
 
 def _normalise_pypi(name: str) -> str:
@@ -400,6 +370,28 @@ def _split_pypi_spec(spec: str) -> tuple[str, str]:
             "newest one at import."
         )
     return identifier, version
+
+
+_NPM_RUNNER = _PackageRunner(
+    registry="npm",
+    flags=frozenset(_NPM_FLAGS),
+    package_options=frozenset(_NPM_PACKAGE_OPTIONS),
+    split_spec=_split_npm_spec,
+    refused_options="",
+    package_option_once=True,
+    program_is_package=lambda _program, _identifier: False,
+)
+_PYPI_RUNNER = _PackageRunner(
+    registry="pypi",
+    flags=frozenset(_PYPI_FLAGS),
+    package_options=frozenset(_PYPI_PACKAGE_OPTIONS),
+    split_spec=_split_pypi_spec,
+    refused_options=" (extra packages, indexes, Python versions)",
+    package_option_once=False,
+    program_is_package=lambda program, identifier: (
+        _normalise_pypi(program) == _normalise_pypi(identifier)
+    ),
+)
 
 
 def _parse_docker(runner: str, rest: list[str]) -> Launcher:

@@ -3,6 +3,12 @@
 The public interface; see docs/sandbox.md for the design.
 """
 
+from workers.adapters.sandbox.egress_pool import (
+    EGRESS_POOL,
+    EgressPool,
+    egress_policy,
+    remove_stale_egress,
+)
 from workers.adapters.sandbox.engine import connect_engine, engine_version
 from workers.adapters.sandbox.errors import (
     ContainerFate,
@@ -33,10 +39,12 @@ from workers.adapters.sandbox.transport import SandboxTransport, sandbox_transpo
 
 __all__ = [
     "BASE_IMAGE",
+    "EGRESS_POOL",
     "NETWORK_MODES",
     "NODE_BASE_IMAGE",
     "ContainerFate",
     "ContainerSpec",
+    "EgressPool",
     "EngineUnavailableError",
     "HostMount",
     "ImageBuildError",
@@ -53,10 +61,12 @@ __all__ = [
     "build_proxy_image",
     "build_python_image",
     "connect_engine",
+    "egress_policy",
     "engine_version",
     "image_digest",
     "prune_server_images",
     "remove_orphans",
+    "remove_stale_egress",
     "remove_surplus_egress_networks",
     "sandbox_status",
     "sandbox_transport",

@@ -1,7 +1,7 @@
 """Removing the server images Toolroom built that nothing uses any more (`sandbox prune`).
 
 Only images labelled `io.toolroom.role=server-image` (package and test-server images built by
-`images.py`) under `repository_prefix` are candidates: base images and the egress proxy's image
+`images/`) under `repository_prefix` are candidates: base images and the egress proxy's image
 are never touched, nor anything Toolroom did not build. An image is kept when the caller names it
 (by reference, by image ID, or by the package it was built from), when it is younger than
 `min_age` (a worker may be about to run what it just built), or when a container still uses it.

@@ -24,7 +24,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -39,6 +39,7 @@ from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
 from workers.adapters.sandbox import networks
+from workers.adapters.sandbox.egress_pool import EGRESS_POOL, EgressLease, EgressPool
 from workers.adapters.sandbox.engine import Engine, connect_engine
 from workers.adapters.sandbox.errors import ContainerFate, SandboxError
 from workers.adapters.sandbox.images import build_proxy_image
@@ -177,14 +178,13 @@ class _Session:
     started_at: float = 0.0
     container_id: str | None = None
     network_id: str | None = None
-    proxy_id: str | None = None
+    # proxied: the server's kept network and proxy (egress_pool), released at the end
+    egress: EgressLease | None = None
     # Names of what a create call was made for: if the call failed after the engine made the
     # thing (a timeout), the name still finds it.
     network_name: str | None = None
-    proxy_name: str | None = None
     server_name: str | None = None
     conn: anyio.abc.SocketStream | None = None
-    proxy_conn: anyio.abc.SocketStream | None = None
     shutting_down: bool = False
     stopped_by_toolroom: bool = False
     error: str = ""
@@ -209,6 +209,7 @@ class SandboxTransport:
         start_timeout: float = START_TIMEOUT,
         stop_grace: float = STOP_GRACE,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        egress_pool: EgressPool | None = None,
     ) -> None:
         self.spec = spec
         self.session_id = secrets.token_hex(6)
@@ -221,6 +222,7 @@ class SandboxTransport:
         self._start_timeout = start_timeout
         self._stop_grace = stop_grace
         self._max_line_bytes = max_line_bytes
+        self._egress_pool = egress_pool or EGRESS_POOL
         self._state = _Session(self.session_id)
         self._context: contextlib.AbstractAsyncContextManager[TransportStreams] | None = None
 
@@ -291,29 +293,36 @@ class SandboxTransport:
         dns: tuple[str, ...] = ()
         dns_options: tuple[str, ...] = ()
         network_mode = "none"
-        proxy_network: str | None = None
-        if spec.network_mode in ("internal", "proxied"):
+        proxy: Callable[[], Coroutine[Any, Any, None]] | None = None
+        if spec.network_mode == "internal":
             labels = resource_labels(spec, session_id=state.session_id, role="network")
             name = state.network_name = resource_name(spec, session_id=state.session_id, role="net")
             network_id = await _engine_call(networks.create_session_network, engine, name, labels)
             state.network_id = network_mode = network_id
             dns, dns_options = networks.ISOLATED_DNS, networks.ISOLATED_DNS_OPTIONS
-            if spec.network_mode == "proxied":
-                # The server finds the proxy by its alias on the session network (the network's
-                # own DNS answers names of containers on it), so the proxy starts alongside the
-                # server instead of before it; the session opens once both are up.
-                proxy_network = network_id
-                env.update(networks.proxy_environment(networks.PROXY_ALIAS))
+        elif spec.network_mode == "proxied":
+            # The server's network and proxy are kept across its sessions (egress_pool): a
+            # session finds them ready, or makes them, starting the proxy alongside the server
+            # (which finds it by its alias on the network); it opens once both are up.
+            lease = state.egress = await _engine_call(
+                self._egress_pool.lease, engine, spec, timeout=self._start_timeout
+            )
+            self._egress_pool.listen(lease, self.proxy_log)
+            # The server joins the namespace of the network's holder: no interface to set up
+            # at each start; its DNS settings are the holder's (isolated, as above).
+            network_mode = lease.network_mode
+            env.update(networks.proxy_environment(networks.PROXY_ALIAS))
+            proxy = functools.partial(self._start_proxy, engine, lease)
         elif spec.network_mode == "bridge":
             network_mode = await _engine_call(networks.ensure_egress_network, engine)
-        if proxy_network is None:
+        if proxy is None:
             await self._start_server(
                 engine, state, env, network_mode, dns=dns, dns_options=dns_options
             )
             return
         try:
             async with anyio.create_task_group() as group:
-                group.start_soon(self._start_proxy, engine, state, proxy_network)
+                group.start_soon(proxy)
                 await self._start_server(
                     engine, state, env, network_mode, dns=dns, dns_options=dns_options
                 )
@@ -393,49 +402,26 @@ class SandboxTransport:
             spec.network_mode,
         )
 
-    async def _start_proxy(self, engine: Engine, state: _Session, network_id: str) -> str:
-        spec = self.spec
+    async def _start_proxy(self, engine: Engine, lease: EgressLease) -> None:
+        """A fresh lease: make and start the proxy; a kept one: wait until it listens."""
+        if not lease.fresh:
+            await _engine_call(self._egress_pool.wait_ready, lease, timeout=self._start_timeout)
+            return
         image = self._proxy_image
         if image is None:  # the one built from this code: kept if there, else built now
             image = (await _engine_call(build_proxy_image, engine=engine)).reference
-        egress = await _engine_call(networks.ensure_egress_network, engine)
-        state.proxy_name = resource_name(spec, session_id=state.session_id, role="proxy")
-        state.proxy_id = await _engine_call(
-            networks.create_proxy_container,
+        await _engine_call(
+            self._egress_pool.start_proxy,
             engine,
+            lease,
+            self.spec,
             image=image,
-            name=state.proxy_name,
-            allowlist=list(spec.egress_allowlist),
-            labels=resource_labels(spec, session_id=state.session_id, role="proxy"),
-            egress_network_id=egress,
-            session_network_id=network_id,
+            timeout=self._start_timeout,
         )
-        sock = await _engine_call(_attached_socket, engine, state.proxy_id, stdin=True)
-        proxy_conn = state.proxy_conn = await anyio.abc.SocketStream.from_socket(sock)
-        await _engine_call(engine.api.start, state.proxy_id)
-        # The proxy says READY once it listens; anything before that goes to its log.
-        demux = FrameDemuxer()
-        lines = LineSplitter(64 * 1024)
-        while True:
-            try:
-                data = await proxy_conn.receive(65536)
-            except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-                raise SandboxError(
-                    "The egress proxy exited while starting: " + " | ".join(self.proxy_log)
-                ) from exc
-            for stream, piece in demux.feed(data):
-                if stream == STDOUT and any(
-                    line.startswith(b"READY") for line in lines.feed(piece)
-                ):
-                    return await _engine_call(
-                        networks.container_address, engine, state.proxy_id, network_id
-                    )
-                if stream == STDERR:
-                    self.proxy_log.extend(piece.decode(errors="replace").splitlines())
 
     @asynccontextmanager
     async def _streams(self, engine: Engine, state: _Session) -> AsyncIterator[TransportStreams]:
-        conn, proxy_conn, container_id = state.conn, state.proxy_conn, state.container_id
+        conn, container_id = state.conn, state.container_id
         if conn is None or container_id is None:
             raise SandboxError("The server's container is not attached.")
         read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -447,8 +433,6 @@ class SandboxTransport:
             group.start_soon(
                 _shielded, state, self._write_server, state, conn, write_reader, read_writer
             )
-            if proxy_conn is not None:
-                group.start_soon(_shielded, state, self._read_proxy, proxy_conn)
             try:
                 yield read_stream, write_stream
             finally:
@@ -538,23 +522,6 @@ class SandboxTransport:
         finally:
             state.writer_done.set()
 
-    async def _read_proxy(self, proxy_conn: anyio.abc.SocketStream) -> None:
-        demux = FrameDemuxer()
-        log = StderrTail(0)
-        with contextlib.suppress(
-            anyio.EndOfStream,
-            anyio.ClosedResourceError,
-            anyio.BrokenResourceError,
-            OSError,
-            StreamProtocolError,
-        ):
-            while True:
-                data = await proxy_conn.receive(65536)
-                for _stream, piece in demux.feed(data):
-                    for line in log.feed(piece):
-                        self.proxy_log.append(line)
-                        logger.info("egress proxy for %s: %s", self.spec.server_key, line)
-
     async def _kill(self, engine: Engine, state: _Session) -> None:
         if state.container_id is None:
             return
@@ -604,26 +571,27 @@ class SandboxTransport:
             return fate
 
     async def _remove_everything(self, engine: Engine, state: _Session) -> None:
-        """Remove the container, the proxy and the network, whatever happened before."""
-        for conn in (state.conn, state.proxy_conn):
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    await conn.aclose()
+        """Remove the container and its network (a kept one is released), whatever happened."""
+        if state.conn is not None:
+            with contextlib.suppress(Exception):
+                await state.conn.aclose()
         if state.container_id is not None and self.fate is None and not state.shutting_down:
             # It failed before the session began (e.g. it would not start): record that too,
             # without waiting for a death that may never come.
             state.stopped_by_toolroom = not state.error
             await self._learn_fate(engine, state, state.container_id, wait=0)
         problems: list[str] = []
-        for container in (
-            state.container_id or state.server_name,
-            state.proxy_id or state.proxy_name,
-        ):
-            if container is not None:
-                try:
-                    await _engine_call(_remove_container, engine, container, timeout=REMOVE_TIMEOUT)
-                except (SandboxError, docker.errors.DockerException) as exc:
-                    problems.append(str(exc))
+        container = state.container_id or state.server_name
+        if container is not None:
+            try:
+                await _engine_call(_remove_container, engine, container, timeout=REMOVE_TIMEOUT)
+            except (SandboxError, docker.errors.DockerException) as exc:
+                problems.append(str(exc))
+        if state.egress is not None:
+            try:
+                await _engine_call(self._egress_pool.release, engine, state.egress, self.proxy_log)
+            except (SandboxError, docker.errors.DockerException) as exc:
+                problems.append(str(exc))
         network = state.network_id or state.network_name
         if network is not None:
             try:
@@ -653,12 +621,14 @@ def sandbox_transport(
     start_timeout: float = START_TIMEOUT,
     stop_grace: float = STOP_GRACE,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    egress_pool: EgressPool | None = None,
 ) -> SandboxTransport:
     """A transport to `spec`'s server in a fresh hardened container (see the module docstring).
 
     `engine`: a docker client to use (and leave open); by default one is made and closed.
     `proxy_image`: the egress proxy's image for the proxied mode; by default the one built from
     this code on the base image (built on first use).
+    `egress_pool`: where the proxied mode's kept networks live; by default this process's.
     """
     return SandboxTransport(
         spec,
@@ -668,4 +638,5 @@ def sandbox_transport(
         start_timeout=start_timeout,
         stop_grace=stop_grace,
         max_line_bytes=max_line_bytes,
+        egress_pool=egress_pool,
     )

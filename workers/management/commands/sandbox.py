@@ -35,6 +35,7 @@ from workers.adapters.sandbox import (
 from workers.adapters.sandbox.spec import default_owner
 from workers.sandbox_preparation import prepare_sandbox
 from workers.sandbox_pruning import describe_bytes, sandbox_images_prune
+from workers.sandboxing import clean_up_stale_egress
 
 
 def split_package(registry: str, text: str) -> tuple[str, str]:
@@ -109,6 +110,7 @@ class Command(BaseCommand):
                 removed = (
                     remove_orphans(owner_label_value=None if options["all"] else options["owner"])
                     + remove_surplus_egress_networks()
+                    + clean_up_stale_egress()
                 )
                 for line in removed:
                     self.stdout.write(f"removed {line}")

@@ -1,0 +1,562 @@
+"""Proxied networks kept across a server's sessions: the internal network and its egress proxy.
+
+A `proxied` session needs an internal network of its own and an egress proxy container on it.
+Making both costs more than the server's container itself, so they are made once per server and
+egress policy and kept, with a holder container on the network whose namespace the server's
+containers join (starting a container in an existing namespace skips the interface, address and
+DNS set-up). The next session of the same server in this process (a restarted runtime, the next
+discovery or health check) creates only its own container, with the proxy already listening.
+Sessions of the same server at once share them. `prepare` makes them ahead of a session.
+
+- **Keyed** by engine, owner, server and the policy (`egress_policy`: a hash of the allowlist).
+  A session with another allowlist for the same server retires the old network and proxy: they
+  are removed as soon as no session of this process uses them.
+- **Held by this process.** The pool holds the stdin of the proxy and the holder (they exit when
+  it closes), and all three carry this process's owner labels: when the process dies the proxy
+  follows it and the janitor (`remove_orphans`) removes the network; while it lives the janitor
+  leaves them alone. At interpreter exit the pool removes what it holds.
+- **Idle ones go**: after `idle_seconds` (5 minutes) without a session they are removed, so a
+  retired or deleted server's network does not outlive it by more than that.
+  `remove_stale_egress` removes, from any process, the ones of servers no longer proxied with
+  that policy (what the registry knows, see workers/sandboxing.py).
+- A proxy that exits by itself is noticed (its stdin reader ends): it is never handed out again,
+  and its network goes once no session uses it.
+
+The pool's functions block (engine calls); the transport runs them in worker threads.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import json
+import logging
+import secrets
+import socket
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import docker.errors
+
+from workers.adapters.sandbox import networks
+from workers.adapters.sandbox.engine import Engine, connect_engine
+from workers.adapters.sandbox.errors import SandboxError
+from workers.adapters.sandbox.images.base import BASE_IMAGE
+from workers.adapters.sandbox.spec import (
+    LABEL_MANAGED,
+    LABEL_ROLE,
+    LABEL_SERVER,
+    NOBODY,
+    ContainerSpec,
+    hardened_host_config,
+    resource_labels,
+)
+from workers.adapters.sandbox.streams import (
+    STDERR,
+    STDOUT,
+    FrameDemuxer,
+    LineSplitter,
+    StderrTail,
+    StreamProtocolError,
+)
+
+logger = logging.getLogger(__name__)
+
+LABEL_EGRESS_POLICY = "io.toolroom.egress-policy"
+ROLE_HOLDER = "netns-holder"
+# The holder of a kept network's namespace: it only waits for its stdin to close.
+HOLDER_COMMAND = ["python3", "-I", "-c", "import sys; sys.stdin.buffer.read()"]
+HOLDER_MEMORY_MB = 32
+HOLDER_CPUS = 0.1
+HOLDER_PIDS = 8
+IDLE_SECONDS = 300.0
+REMOVE_TIMEOUT = 10.0
+
+
+def egress_policy(allowlist: Iterable[str]) -> str:
+    """A short hash of an egress allowlist (order and case do not matter): the pool's key."""
+    canonical = json.dumps(sorted({entry.strip().lower() for entry in allowlist}))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass(eq=False)
+class StandingEgress:
+    """One kept network and its proxy; `users` sessions of this process are on it."""
+
+    key: tuple[str, str, str, str]  # engine, owner, server, policy
+    server_key: str
+    policy: str
+    session_id: str
+    network_name: str
+    proxy_name: str
+    holder_name: str
+    network_id: str = ""
+    proxy_id: str = ""
+    holder_id: str = ""
+    users: int = 0
+    idle_since: float = 0.0
+    retired: bool = False  # superseded by another policy, or being removed: never handed out
+    dead: bool = False  # the proxy is gone (or never came up)
+    failure: str = ""
+    created: threading.Event = field(default_factory=threading.Event)
+    ready: threading.Event = field(default_factory=threading.Event)
+    log: deque[str] = field(default_factory=lambda: deque(maxlen=50))
+    listeners: list[deque[str]] = field(default_factory=list)
+    sock: socket.socket | None = None  # the proxy's attach connection (its stdin)
+    holder_sock: socket.socket | None = None  # the holder's
+
+    @property
+    def usable(self) -> bool:
+        return not (self.retired or self.dead)
+
+
+@dataclass
+class EgressLease:
+    """A session's use of a standing network; `fresh` when this session made it."""
+
+    entry: StandingEgress
+    fresh: bool
+
+    @property
+    def network_id(self) -> str:
+        return self.entry.network_id
+
+    @property
+    def network_mode(self) -> str:
+        """The server's network: the holder's namespace, on the kept network."""
+        return f"container:{self.entry.holder_id}"
+
+
+class EgressPool:
+    """This process's standing proxied networks (see the module's docstring)."""
+
+    def __init__(self, *, idle_seconds: float = IDLE_SECONDS) -> None:
+        self.idle_seconds = idle_seconds
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str, str, str], StandingEgress] = {}
+        self._reaper: threading.Thread | None = None
+        self._reaper_wake = threading.Event()
+
+    def entries(self) -> list[StandingEgress]:
+        with self._lock:
+            return list(self._entries.values())
+
+    # --- a session's use ------------------------------------------------------------------------
+
+    def lease(self, engine: Engine, spec: ContainerSpec, *, timeout: float = 60.0) -> EgressLease:
+        """The standing network for `spec`'s server and policy, made now if there is none.
+
+        A fresh lease's caller must then `start_proxy` (in parallel with its server); every
+        caller must `release` it when its session ends, whatever happened.
+        """
+        policy = egress_policy(spec.egress_allowlist)
+        key = (str(engine.api.base_url), spec.owner, spec.server_key, policy)
+        superseded: list[StandingEgress] = []
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and not entry.usable:
+                entry = None
+            for other in list(self._entries.values()):
+                if other is not entry and other.key[:3] == key[:3]:
+                    other.retired = True  # the same server with another policy: it goes
+                    if other.users == 0:
+                        superseded.append(other)
+                        del self._entries[other.key]
+            fresh = entry is None
+            if entry is None:
+                session_id = f"egress-{secrets.token_hex(6)}"
+                entry = StandingEgress(
+                    key=key,
+                    server_key=spec.server_key,
+                    policy=policy,
+                    session_id=session_id,
+                    network_name=f"toolroom-{spec.server_key.lower()}-net-{session_id}",
+                    proxy_name=f"toolroom-{spec.server_key.lower()}-proxy-{session_id}",
+                    holder_name=f"toolroom-{spec.server_key.lower()}-netns-{session_id}",
+                )
+                self._entries[key] = entry
+            entry.users += 1
+        for old in superseded:
+            self._remove(engine, old)
+        lease = EgressLease(entry, fresh)
+        if fresh:
+            try:
+                entry.network_id = networks.create_session_network(
+                    engine, entry.network_name, self._labels(spec, entry, role="network")
+                )
+                self._start_holder(engine, spec, entry)
+            except BaseException as exc:
+                self._fail(entry, f"the session network could not be made: {exc}")
+                raise
+            finally:
+                entry.created.set()
+        elif not entry.created.wait(timeout) or not entry.holder_id or entry.dead:
+            self.release(engine, lease)
+            raise SandboxError(
+                f"The egress network of {spec.server_key} is not there: "
+                + (entry.failure or "it was not made in time")
+            )
+        return lease
+
+    def _start_holder(self, engine: Engine, spec: ContainerSpec, entry: StandingEgress) -> None:
+        """The container whose network namespace (on the kept network only) the server's
+        containers join: starting a container in an existing namespace costs less than
+        attaching it to a network (no interface, address or DNS set up at each start)."""
+        host_config = engine.api.create_host_config(
+            **hardened_host_config(
+                memory_mb=HOLDER_MEMORY_MB,
+                cpus=HOLDER_CPUS,
+                pids_limit=HOLDER_PIDS,
+                read_only_root=True,
+                tmpfs_mb=1,
+                network_mode=entry.network_id,
+                dns=networks.ISOLATED_DNS,
+            ),
+            dns_opt=list(networks.ISOLATED_DNS_OPTIONS),
+        )
+        created = engine.api.create_container(
+            BASE_IMAGE,
+            command=HOLDER_COMMAND,
+            name=entry.holder_name,
+            user=NOBODY,
+            stdin_open=True,
+            tty=False,
+            labels=self._labels(spec, entry, role=ROLE_HOLDER),
+            host_config=host_config,
+            use_config_proxy=False,
+        )
+        entry.holder_id = str(created["Id"])
+        entry.holder_sock = _attach_blocking(engine, entry.holder_id)
+        threading.Thread(
+            target=self._watch_holder,
+            args=(entry, entry.holder_sock),
+            name=f"egress-netns-{spec.server_key}",
+            daemon=True,
+        ).start()
+        engine.api.start(entry.holder_id)
+
+    def start_proxy(
+        self, engine: Engine, lease: EgressLease, spec: ContainerSpec, *, image: str, timeout: float
+    ) -> None:
+        """Create, attach to and start the proxy of a fresh lease; return once it listens."""
+        entry = lease.entry
+        try:
+            egress = networks.ensure_egress_network(engine)
+            entry.proxy_id = networks.create_proxy_container(
+                engine,
+                image=image,
+                name=entry.proxy_name,
+                allowlist=list(spec.egress_allowlist),
+                labels=self._labels(spec, entry, role="proxy"),
+                egress_network_id=egress,
+                session_network_id=entry.network_id,
+            )
+            entry.sock = _attach_blocking(engine, entry.proxy_id)
+            threading.Thread(
+                target=self._read_proxy,
+                args=(entry, entry.sock),
+                name=f"egress-proxy-{spec.server_key}",
+                daemon=True,
+            ).start()
+            engine.api.start(entry.proxy_id)
+        except BaseException as exc:
+            self._fail(entry, f"the egress proxy could not start: {exc}")
+            raise
+        self.wait_ready(lease, timeout=timeout)
+
+    def prepare(
+        self,
+        engine: Engine,
+        spec: ContainerSpec,
+        *,
+        image: Callable[[], str],
+        timeout: float = 60.0,
+    ) -> bool:
+        """Make `spec`'s network and proxy ahead of its session (while its image is resolved,
+        say), and keep them for it; True when they were made now. `image`: the proxy image's
+        reference, asked for only when one is made."""
+        lease = self.lease(engine, spec, timeout=timeout)
+        try:
+            if lease.fresh:
+                self.start_proxy(engine, lease, spec, image=image(), timeout=timeout)
+            else:
+                self.wait_ready(lease, timeout=timeout)
+        finally:
+            self.release(engine, lease)
+        return lease.fresh
+
+    def wait_ready(self, lease: EgressLease, *, timeout: float) -> None:
+        """Wait until the lease's proxy listens (at once when it already did)."""
+        entry = lease.entry
+        if not entry.ready.wait(timeout):
+            raise SandboxError(f"The egress proxy of {entry.server_key} did not start in time.")
+        if entry.dead:
+            raise SandboxError(
+                f"The egress proxy exited while starting: {entry.failure} " + " | ".join(entry.log)
+            )
+
+    def listen(self, lease: EgressLease, log: deque[str]) -> None:
+        """Copy the proxy's decision lines to `log` while the session lasts."""
+        with self._lock:
+            lease.entry.listeners.append(log)
+
+    def release(self, engine: Engine, lease: EgressLease, log: deque[str] | None = None) -> None:
+        """The session is over: the network stays for the next one, unless it must go."""
+        entry = lease.entry
+        with self._lock:
+            if log is not None:
+                with contextlib.suppress(ValueError):
+                    entry.listeners.remove(log)
+            entry.users -= 1
+            entry.idle_since = time.monotonic()
+            remove = entry.users <= 0 and not entry.usable
+            if remove and self._entries.get(entry.key) is entry:
+                del self._entries[entry.key]
+            elif entry.users <= 0:
+                self._start_reaper()
+        if remove:
+            self._remove(engine, entry)
+
+    # --- removal --------------------------------------------------------------------------------
+
+    def reap_idle(self, engine: Engine | None = None, *, older_than: float | None = None) -> int:
+        """Remove the networks no session used for `older_than` (the pool's idle time)."""
+        limit = self.idle_seconds if older_than is None else older_than
+        now = time.monotonic()
+        with self._lock:
+            idle = [
+                e
+                for e in self._entries.values()
+                if e.users <= 0 and (now - e.idle_since >= limit or not e.usable)
+            ]
+            for entry in idle:
+                entry.retired = True
+                del self._entries[entry.key]
+        if idle:
+            self._with_engine(engine, lambda e: self._remove_all(e, idle))
+        return len(idle)
+
+    def close(self, engine: Engine | None = None) -> None:
+        """Remove everything the pool holds (at interpreter exit; sessions are over by then)."""
+        with self._lock:
+            every = list(self._entries.values())
+            self._entries.clear()
+            for entry in every:
+                entry.retired = True
+        self._reaper_wake.set()
+        if every:
+            self._with_engine(engine, lambda e: self._remove_all(e, every))
+
+    def _remove_all(self, engine: Engine, entries: Iterable[StandingEgress]) -> None:
+        for entry in entries:
+            self._remove(engine, entry)
+
+    def _remove(self, engine: Engine, entry: StandingEgress) -> None:
+        entry.retired = True
+        for sock in (entry.sock, entry.holder_sock):
+            if sock is not None:
+                # Their stdin closes (they exit by themselves); shutdown also wakes the readers.
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    sock.close()
+        problems: list[str] = []
+        for container in (entry.proxy_id or entry.proxy_name, entry.holder_id or entry.holder_name):
+            try:
+                engine.api.remove_container(container, force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: auto-remove is already at it
+                    problems.append(str(exc))
+        try:
+            networks.remove_network_when_empty(
+                engine, entry.network_id or entry.network_name, timeout=REMOVE_TIMEOUT
+            )
+        except docker.errors.DockerException as exc:
+            problems.append(str(exc))
+        if problems:
+            logger.error("The egress network %s stays: %s", entry.network_name, "; ".join(problems))
+
+    def _fail(self, entry: StandingEgress, reason: str) -> None:
+        entry.dead = True
+        entry.failure = entry.failure or reason
+        entry.ready.set()
+        with self._lock:
+            if self._entries.get(entry.key) is entry:
+                del self._entries[entry.key]
+
+    # --- the proxy's output and the idle reaper ---------------------------------------------------
+
+    def _read_proxy(self, entry: StandingEgress, sock: socket.socket) -> None:
+        demux = FrameDemuxer()
+        lines = LineSplitter(64 * 1024)
+        tail = StderrTail(0)
+        try:
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                for stream, piece in demux.feed(data):
+                    if stream == STDOUT and not entry.ready.is_set():
+                        if any(line.startswith(b"READY") for line in lines.feed(piece)):
+                            entry.ready.set()
+                    elif stream == STDERR:
+                        for line in tail.feed(piece):
+                            entry.log.append(line)
+                            with self._lock:
+                                listeners = list(entry.listeners)
+                            for log in listeners:
+                                log.append(line)
+                            logger.info("egress proxy for %s: %s", entry.server_key, line)
+        except (OSError, StreamProtocolError):
+            pass
+        self._died(entry, "the egress proxy")
+
+    def _watch_holder(self, entry: StandingEgress, sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while sock.recv(65536):
+                pass
+        self._died(entry, "the network namespace's holder")
+
+    def _died(self, entry: StandingEgress, what: str) -> None:
+        if entry.retired:
+            return  # being removed: _remove does the rest
+        logger.warning("%s of %s exited by itself", what, entry.server_key)
+        self._fail(entry, f"{what} exited")
+        with self._lock:
+            unused = entry.users <= 0 and not entry.retired
+            entry.retired = True
+        if unused:  # else the last session's release removes the network
+            self._with_engine(None, lambda engine: self._remove(engine, entry))
+
+    def _start_reaper(self) -> None:
+        """(Under the lock.) The thread that removes idle networks, while there are any."""
+        if self._reaper is not None and self._reaper.is_alive():
+            return
+        self._reaper_wake.clear()
+        self._reaper = threading.Thread(target=self._reap_loop, name="egress-reaper", daemon=True)
+        self._reaper.start()
+
+    def _reap_loop(self) -> None:
+        while not self._reaper_wake.wait(min(30.0, max(self.idle_seconds / 4, 0.05))):
+            try:
+                self.reap_idle()
+            except Exception:
+                logger.exception("Removing idle egress networks failed")
+            with self._lock:
+                if not self._entries:
+                    self._reaper = None
+                    return
+
+    @staticmethod
+    def _with_engine(engine: Engine | None, work: Callable[[Engine], object]) -> None:
+        own = engine is None
+        try:
+            engine = engine or connect_engine()
+        except SandboxError as exc:
+            logger.error("Egress networks could not be removed: %s", exc)
+            return
+        try:
+            work(engine)
+        finally:
+            if own:
+                engine.close()
+
+    @staticmethod
+    def _labels(spec: ContainerSpec, entry: StandingEgress, *, role: str) -> dict[str, str]:
+        labels = resource_labels(spec, session_id=entry.session_id, role=role)
+        labels[LABEL_EGRESS_POLICY] = entry.policy
+        return labels
+
+
+def _attach_blocking(engine: Engine, container_id: str) -> socket.socket:
+    """The attach connection (stdin, stdout, stderr) of a created container, as a blocking socket
+    this process owns: the proxy's stdin stays open as long as it does."""
+    params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+    raw = engine.api.attach_socket(container_id, params=params)
+    sock = getattr(raw, "_sock", raw)
+    if not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket):
+        with contextlib.suppress(Exception):
+            raw.close()
+        raise SandboxError(
+            "The engine is reached over TLS or SSH, where the sandbox cannot attach to a "
+            "container's stdio; reach it through its unix socket or a plain TCP socket proxy."
+        )
+    owned = sock.dup()
+    with contextlib.suppress(Exception):
+        raw.close()
+    with contextlib.suppress(Exception):
+        sock.close()
+    owned.setblocking(True)
+    return owned
+
+
+def remove_stale_egress(
+    wanted: Mapping[str, str], *, engine: Engine | None = None, servers: Sequence[str] | None = None
+) -> list[str]:
+    """Remove kept egress networks (and their proxies) whose server is not proxied any more with
+    that policy: `wanted` maps a server key to its policy (`egress_policy`); a server missing
+    from it is retired, deleted or not proxied. `servers` limits it to those servers. A network a
+    server's container is still on stays (its session ends first). Any process may call this:
+    the process holding one notices its proxy go. Returns "network NAME" lines."""
+    own = engine is None
+    engine = engine or connect_engine()
+    removed: list[str] = []
+    try:
+        kept = {"label": [f"{LABEL_MANAGED}=true", LABEL_EGRESS_POLICY]}
+        for network in engine.api.networks(filters=kept):
+            labels = network.get("Labels") or {}
+            server = labels.get(LABEL_SERVER, "")
+            if servers is not None and server not in servers:
+                continue
+            if wanted.get(server) == labels.get(LABEL_EGRESS_POLICY):
+                continue
+            try:
+                attached = engine.api.inspect_network(network["Id"]).get("Containers") or {}
+            except docker.errors.NotFound:
+                continue
+            roles = {container_id: _role_of(engine, container_id) for container_id in attached}
+            if _in_use(engine, server, roles):
+                continue  # a session is still on it
+            for container_id in attached:
+                with contextlib.suppress(docker.errors.NotFound):
+                    try:
+                        engine.api.remove_container(container_id, force=True)
+                    except docker.errors.APIError as exc:
+                        if exc.status_code != 409:
+                            raise
+            networks.remove_network_when_empty(engine, network["Id"], timeout=REMOVE_TIMEOUT)
+            removed.append(f"network {network['Name']}")
+    finally:
+        if own:
+            engine.close()
+    return removed
+
+
+def _in_use(engine: Engine, server: str, roles: Mapping[str, str]) -> bool:
+    """A server's container is on the network, or in the namespace of its holder."""
+    if any(role not in ("proxy", ROLE_HOLDER) for role in roles.values()):
+        return True
+    holders = {f"container:{cid}" for cid, role in roles.items() if role == ROLE_HOLDER}
+    servers = engine.api.containers(
+        all=True, filters={"label": [f"{LABEL_SERVER}={server}", f"{LABEL_ROLE}=server"]}
+    )
+    return any((c.get("HostConfig") or {}).get("NetworkMode") in holders for c in servers)
+
+
+def _role_of(engine: Engine, container_id: str) -> str:
+    try:
+        labels = engine.api.inspect_container(container_id)["Config"].get("Labels") or {}
+    except docker.errors.NotFound:
+        return "proxy"  # gone already
+    return str(labels.get(LABEL_ROLE, ""))
+
+
+EGRESS_POOL = EgressPool()
+atexit.register(EGRESS_POOL.close)
