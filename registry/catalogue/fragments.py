@@ -248,7 +248,7 @@ def tools_document_body(
     )
     role = visible.role
     head = {
-        "team": {"slug": role.team.slug, "name": role.team.name},
+        "team": {"slug": role.team_slug, "name": role.team_name},
         "role": {"name": role.name, "permissionClasses": role.permission_classes},
         "version": version,
         "generatedAt": _iso(visible.now),
@@ -258,8 +258,8 @@ def tools_document_body(
     if declared_servers:
         catalogue = Catalogue(
             team_id=team_id,
-            team_slug=role.team.slug,
-            team_name=role.team.name,
+            team_slug=role.team_slug,
+            team_name=role.team_name,
             role_id=role_id,
             role_name=role.name,
             permission_classes=role.permission_classes,
