@@ -12,7 +12,7 @@ the team's grants, the tools (with their servers, categories and health in one j
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -156,10 +156,12 @@ class VisibleRole:
 @dataclass(frozen=True)
 class VisibleRows:
     """What the visibility rule lets a team's agent of a role see now, as database rows (the
-    fields asked for), before names, expiries and shapes are made of them."""
+    fields asked for, then the expressions, in that order: `columns` gives each one's place),
+    before names, expiries and shapes are made of them."""
 
     role: VisibleRole
-    rows: list[dict[str, Any]]
+    rows: list[Sequence[Any]]
+    columns: dict[str, int]
     server_expiry: dict[int, datetime | None]
     tool_expiry: dict[int, datetime | None]
     granted_server_ids: frozenset[int]
@@ -286,14 +288,10 @@ def visible_tool_rows(
             expressions=expressions,
         ),
     )
-    names = (*fields, *expressions)
-    rows = [
-        dict(zip(names, row, strict=True))
-        for row in template.run(server_ids=server_ids, tool_ids=tool_ids, category=category)
-    ]
     return VisibleRows(
         role=role,
-        rows=rows,
+        rows=template.run(server_ids=server_ids, tool_ids=tool_ids, category=category),
+        columns={name: place for place, name in enumerate((*fields, *expressions))},
         server_expiry=server_expiry,
         tool_expiry=tool_expiry,
         granted_server_ids=frozenset(server_id for server_id, _, _ in grants),
@@ -306,7 +304,8 @@ def catalogue_for_agent(
 ) -> Catalogue:
     """The tools a team's agent of this role sees now, namespaced and sorted by name."""
     visible = visible_tool_rows(team_id=team_id, role_id=role_id, category=category, at=at)
-    role, rows, now = visible.role, visible.rows, visible.now
+    role, now = visible.role, visible.now
+    rows = [dict(zip(visible.columns, row, strict=True)) for row in visible.rows]
 
     servers: dict[int, CatalogueServer] = {}
     counts: dict[int, int] = {}
