@@ -46,7 +46,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,11 +205,16 @@ def serving(code: Code, data_dir: str, *, cache_seconds: int, workers: int) -> I
             except OSError:
                 pass
             if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError(f"uvicorn ({code.label}) did not come up")
+                log.flush()
+                raise RuntimeError(
+                    f"uvicorn ({code.label}) did not come up:\n"
+                    + Path(log.name).read_text(errors="replace")[-3000:]
+                )
             time.sleep(0.3)
         yield process.pid
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        with suppress(ProcessLookupError):  # it may have stopped by itself
+            os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)
         log.close()
         text = Path(log.name).read_text(errors="replace")
