@@ -180,6 +180,19 @@ class VisibleRows:
 _ROLE_FIELDS = ("name", "allows_read", "allows_write", "allows_connect", "team__slug", "team__name")
 
 
+# An expression's text, for the shape: kept with the expression (so its id cannot be reused).
+_EXPRESSION_TEXTS: dict[int, tuple[Any, str]] = {}
+
+
+def _expression_key(expression: Any) -> str:
+    kept = _EXPRESSION_TEXTS.get(id(expression))
+    if kept is None or kept[0] is not expression:
+        kept = (expression, repr(expression))
+        if len(_EXPRESSION_TEXTS) < 1000:  # callers pass module constants; never grow unbounded
+            _EXPRESSION_TEXTS[id(expression)] = kept
+    return kept[1]
+
+
 def _role_query(values: Placeholders) -> QuerySet[TeamRole]:
     return (
         TeamRole.objects.filter(pk=values.number("role_id"), team_id=values.number("team_id"))
@@ -273,7 +286,7 @@ def visible_tool_rows(
         bool(category),
         hide_unhealthy,
         fields,
-        tuple((name, repr(expression)) for name, expression in expressions.items()),
+        tuple((name, _expression_key(expression)) for name, expression in expressions.items()),
     )
     template = compiled_query(
         shape,

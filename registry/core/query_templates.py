@@ -99,6 +99,13 @@ class Placeholders:
         return value
 
 
+def _slot_or_value(found: dict[Any, _Slot], param: Any) -> Any:
+    try:
+        return found.get(param, param)
+    except TypeError:  # unhashable (a list, a dict for a JSON column): a constant of the query
+        return param
+
+
 class CompiledQuery:
     """One queryset's SQL with its parameters' places; `run` gives its rows (converted)."""
 
@@ -111,7 +118,7 @@ class CompiledQuery:
             self.empty, sql, params = True, "", ()
         self.sql: str = sql
         found = dict(placeholders.expected)
-        self.params: list[Any] = [found.get(param, param) for param in params]
+        self.params: list[Any] = [_slot_or_value(found, param) for param in params]
         missing = [slot.name for value, slot in placeholders.expected if value not in params]
         if missing and not self.empty:
             raise ValueError(f"a placeholder did not reach the SQL as it was: {missing}")
