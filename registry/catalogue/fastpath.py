@@ -37,7 +37,7 @@ from urllib.parse import parse_qsl
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache.backends.redis import RedisCache
-from django.db import close_old_connections
+from django.db import close_old_connections, connection, transaction
 from django.http.request import split_domain_port, validate_host
 from redis import asyncio as aioredis
 
@@ -98,10 +98,17 @@ def _unpickle(raw: bytes | str | None) -> Any:
 
 
 def _confirm_epoch() -> None:
-    """Confirm the cache epoch as Django's first cache read of a request would (in a thread)."""
+    """Confirm the cache epoch as Django's first cache read of a request would (in a thread).
+
+    Requests wait for it, so it never waits long for a lock another transaction holds on the
+    epoch row (PostgreSQL: `lock_timeout`); then Django answers, and confirms, as before."""
     close_old_connections()
     try:
-        catalogue_cache()
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL lock_timeout = '2s'")
+            catalogue_cache()
     except Exception:  # the database failed: Django answers (and fails) as it always did
         logger.debug("the fast path could not confirm the cache epoch", exc_info=True)
     finally:
