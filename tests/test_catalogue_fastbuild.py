@@ -9,9 +9,11 @@ database connection of its own, as under uvicorn.
 from __future__ import annotations
 
 import json
+from unittest.mock import patch
 
 import pytest
 
+from registry.catalogue import cache as catalogue_cache_module
 from registry.catalogue.formats import TOOL_FORMATS
 from registry.search.index import tool_search_index_refresh
 from registry.teams.models import TeamRole
@@ -158,3 +160,35 @@ def test_a_search_django_would_refuse_is_left_to_django(agent, query):
     [(status, _, _)] = fast_path_call([("/api/v1/catalogue", query, _headers(token))])
 
     assert status == DJANGO_ANSWERED
+
+
+def test_an_epoch_due_for_confirmation_is_confirmed_by_the_fast_path(agent, settings):
+    """Past TOOLROOM_CACHE_REVALIDATE_SECONDS the fast path confirms the epoch itself (one query
+    and one Redis round trip, as Django would) instead of handing the request to Django."""
+    _, token = agent
+    settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = 0
+    process_cache = catalogue_cache_module._current()
+    process_cache.validated_at = 0.0  # confirmed long ago: due
+    assert catalogue_cache_module.catalogue_cache_confirmed() is None
+
+    [(status, headers, body)] = fast_path_call([("/api/v1/catalogue", "", _headers(token))] * 3)[
+        -1:
+    ]
+
+    assert (status, headers["x-toolroom-cache"]) == (200, "miss")
+    assert b'"files__read_file"' in body
+    assert catalogue_cache_module.catalogue_cache_confirmed() is not None
+
+
+def test_an_epoch_that_cannot_be_confirmed_leaves_the_request_to_django(agent, settings):
+    _, token = agent
+    process_cache = catalogue_cache_module._current()
+    process_cache.validated_at = 0.0
+    process_cache.invalidate("test: a Redis that restarted unseen")
+    with patch.object(
+        catalogue_cache_module, "_server_run_id", side_effect=RuntimeError("confirmation failed")
+    ):
+        [(status, _, _)] = fast_path_call([("/api/v1/catalogue", "", _headers(token))])
+
+    assert status == DJANGO_ANSWERED
+    assert catalogue_cache_module.catalogue_cache_confirmed() is None

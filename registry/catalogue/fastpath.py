@@ -12,16 +12,21 @@ Anything else (no or bad token, a revoked or expired one, a cold cache, odd para
 host, a failed build) goes to Django unchanged, which answers as always; the fast path never
 answers an error.
 
-It reads only under a cache epoch this process confirmed within TOOLROOM_CACHE_REVALIDATE_SECONDS
-(it never queries the database itself: an unconfirmed epoch sends the request to Django, which
-confirms it), gives up on the first cache error (the circuit opens, Django answers from the
-database, degraded) and discards what it read if a new connection met a restarted Redis meanwhile.
+It reads only under a cache epoch this process confirmed within TOOLROOM_CACHE_REVALIDATE_SECONDS.
+When that time has passed it confirms the epoch first, as Django's first cache read of a request
+would (`catalogue_cache()`: one query and one Redis round trip, in a worker thread, one
+confirmation at a time however many requests wait for it), instead of sending every request that
+arrives meanwhile through Django. It gives up on the first cache error (the circuit opens, Django
+answers from the database, degraded) and discards what it read if a new connection met a
+restarted Redis meanwhile.
 
 Only with the Redis cache backend; TOOLROOM_CATALOGUE_FAST_PATH=false turns it off.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import pickle
 import re
 import time
@@ -29,8 +34,10 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, cast
 from urllib.parse import parse_qsl
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache.backends.redis import RedisCache
+from django.db import close_old_connections, connection, transaction
 from django.http.request import split_domain_port, validate_host
 from redis import asyncio as aioredis
 
@@ -38,8 +45,11 @@ from registry.catalogue.cache import (
     CACHE_ERRORS,
     CatalogueCache,
     async_connection_options,
+    cache_degraded,
     cache_trip,
+    catalogue_cache,
     catalogue_cache_confirmed,
+    hot_cache,
 )
 from registry.catalogue.documents import (
     catalogue_etag,
@@ -73,6 +83,8 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[..., Awaitable[None]]
 
+logger = logging.getLogger(__name__)
+
 PATH = "/api/v1/catalogue"
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,60}$")
 _LIMIT = re.compile(r"^[0-9]{1,2}$")
@@ -93,15 +105,47 @@ def _unpickle(raw: bytes | str | None) -> Any:
         return pickle.loads(raw)  # noqa: S301 (our own cache, written by Django)
 
 
+def _confirm_epoch() -> None:
+    """Confirm the cache epoch as Django's first cache read of a request would (in a thread).
+
+    Requests wait for it, so it never waits long for a lock another transaction holds on the
+    epoch row (PostgreSQL: `lock_timeout`); then Django answers, and confirms, as before."""
+    close_old_connections()
+    try:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL lock_timeout = '2s'")
+            catalogue_cache()
+    except Exception:  # the database failed: Django answers (and fails) as it always did
+        logger.debug("the fast path could not confirm the cache epoch", exc_info=True)
+    finally:
+        close_old_connections()
+
+
 class CatalogueFastPath:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self._client: tuple[str, aioredis.Redis] | None = None
+        self._confirming: asyncio.Task[None] | None = None
 
-    def _redis(self) -> tuple[CatalogueCache, aioredis.Redis] | None:
+    async def _confirmed_cache(self) -> CatalogueCache | None:
+        """The cache under an epoch confirmed recently, confirming it now if that is due."""
+        cache = catalogue_cache_confirmed()
+        if cache is None and isinstance(hot_cache(), RedisCache) and not cache_degraded():
+            loop = asyncio.get_running_loop()
+            pending = self._confirming
+            if pending is None or pending.done() or pending.get_loop() is not loop:
+                pending = loop.create_task(sync_to_async(_confirm_epoch, thread_sensitive=False)())
+                self._confirming = pending
+            await asyncio.shield(pending)  # one confirmation, whoever waits for it
+            cache = catalogue_cache_confirmed()
+        return cache
+
+    async def _redis(self) -> tuple[CatalogueCache, aioredis.Redis] | None:
         if not settings.TOOLROOM_CATALOGUE_FAST_PATH:
             return None
-        cache = catalogue_cache_confirmed()
+        cache = await self._confirmed_cache()
         if cache is None or not isinstance(cache.backend, RedisCache):
             return None
         location: str = cast(Any, cache.backend)._servers[0]
@@ -125,7 +169,7 @@ class CatalogueFastPath:
         await self.app(scope, receive, send)
 
     async def _answer(self, scope: Scope, send: Send) -> None:
-        redis = self._redis()
+        redis = await self._redis()
         if redis is None:
             raise _NotHere
         cache, client = redis

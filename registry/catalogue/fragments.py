@@ -51,20 +51,23 @@ FRAGMENTS_KEPT = 50_000
 
 _FIELDS = (
     "pk",
-    "name",
-    "title",
-    "description",
-    "permission_class",
-    "definition_hash",
     "server_id",
-    "server__slug",
     "server__name",
     "server__description",
     "server__version",
     "server__category__slug",
     "server__category__name",
     "server__status__health",
+    # From here to the row's end (the JSON texts below come last): what a fragment is made of,
+    # its key in the store (with the format) as one slice of the row.
+    "server__slug",
+    "name",
+    "title",
+    "description",
+    "permission_class",
+    "definition_hash",
 )
+_KEY_FROM = _FIELDS.index("server__slug")
 # Names are pure functions of (server slug, tool name) and cost two regular expressions each.
 _namespaced_tool_name = functools.lru_cache(maxsize=FRAGMENTS_KEPT)(namespaced_tool_name)
 
@@ -114,7 +117,8 @@ fragments = FragmentStore()
 
 
 def _tool(row: dict[str, Any], name: str, health: str) -> CatalogueTool:
-    """The tool a row stands for, its JSON decoded exactly as the JSONFields would."""
+    """The tool a row (by column name) stands for, its JSON decoded exactly as the JSONFields
+    would."""
     output_text = row["output_schema_text"]
     return CatalogueTool(
         name=name,
@@ -175,44 +179,48 @@ def tools_document_body(
         team_id=team_id, role_id=role_id, category=category, at=at, fields=_FIELDS, **_RAW_JSON
     )
     rows = visible.rows
+    column = visible.columns
+    pk, server_id_at, slug_at, name_at = (
+        column["pk"],
+        column["server_id"],
+        column["server__slug"],
+        column["name"],
+    )
+    health_at = column["server__status__health"]
+    assert tuple(column)[_KEY_FROM:] == (*_FIELDS[_KEY_FROM:], *_RAW_JSON)  # noqa: S101
     named = sorted(
-        ((_namespaced_tool_name(row["server__slug"], row["name"]), row) for row in rows),
+        ((_namespaced_tool_name(row[slug_at], row[name_at]), row) for row in rows),
         key=lambda pair: pair[0],
     )
-    tails: dict[tuple[str, datetime | None], str] = {}  # native: health and expiry, encoded
+    find, keep = store.find, store.keep
+    # Native: health and expiry, encoded; by server while no grant names a tool alone.
+    tails: dict[Any, str] = {}
+    by_server = not visible.tool_expiry
     parts: list[str] = []
+    append = parts.append
     for name, row in named:
-        health = row["server__status__health"] or Health.UNKNOWN
-        key = (
-            fmt,
-            name,
-            row["server__slug"],
-            row["name"],
-            row["title"],
-            row["description"],
-            row["input_schema_text"],
-            row["output_schema_text"],
-            row["annotations_text"],
-            row["permission_class"],
-            row["definition_hash"],
-        )
-        static = store.find(key)
+        key = (fmt, *row[_KEY_FROM:])
+        static = find(key)
         if static is None:
-            static = store.keep(key, _static_part(fmt, _tool(row, name, "")))
+            by_name = dict(zip(column, row, strict=True))
+            static = keep(key, _static_part(fmt, _tool(by_name, name, "")))
         if fmt == "native":
-            expiry = visible.access_expires_at(row["server_id"], row["pk"])
-            tail = tails.get((health, expiry))
+            server_id = row[server_id_at]
+            tail_key = server_id if by_server else (server_id, row[pk])
+            tail = tails.get(tail_key)
             if tail is None:
-                tail = tails[(health, expiry)] = (
+                health = row[health_at] or Health.UNKNOWN
+                expiry = visible.access_expires_at(server_id, row[pk])
+                tail = tails[tail_key] = (
                     f'{_dumps(health)},"unhealthy":'
                     f"{'true' if health == Health.UNHEALTHY else 'false'},"
                     f'"accessExpiresAt":{_dumps(_iso(expiry))}}}'
                 )
-            parts.append(static + tail)
+            append(static + tail)
         elif fmt == "mcp":
-            parts.append(f"{static}{_dumps(health)}}}}}}}")
+            append(f"{static}{_dumps(row[health_at] or Health.UNKNOWN)}}}}}}}")
         else:
-            parts.append(static)
+            append(static)
     tools = ",".join(parts)
     if fmt != "native":
         return f'{{"tools":[{tools}]}}'.encode()
@@ -220,22 +228,22 @@ def tools_document_body(
     servers: dict[int, CatalogueServer] = {}
     counts: dict[int, int] = {}
     for row in rows:
-        server_id = row["server_id"]
+        server_id = row[server_id_at]
         counts[server_id] = counts.get(server_id, 0) + 1
         if server_id not in servers:
             servers[server_id] = CatalogueServer(
                 id=server_id,
-                slug=row["server__slug"],
-                name=row["server__name"],
-                description=row["server__description"],
-                version=row["server__version"],
+                slug=row[slug_at],
+                name=row[column["server__name"]],
+                description=row[column["server__description"]],
+                version=row[column["server__version"]],
                 # Only the official server list reads these four; the tools documents do not,
                 # so they are not fetched (two timestamps per tool row cost more than the rest).
                 homepage_url="",
                 repository_url="",
-                category_slug=row["server__category__slug"],
-                category_name=row["server__category__name"],
-                health=row["server__status__health"] or Health.UNKNOWN,
+                category_slug=row[column["server__category__slug"]],
+                category_name=row[column["server__category__name"]],
+                health=row[health_at] or Health.UNKNOWN,
                 created_at=visible.now,
                 updated_at=visible.now,
             )
@@ -248,7 +256,7 @@ def tools_document_body(
     )
     role = visible.role
     head = {
-        "team": {"slug": role.team.slug, "name": role.team.name},
+        "team": {"slug": role.team_slug, "name": role.team_name},
         "role": {"name": role.name, "permissionClasses": role.permission_classes},
         "version": version,
         "generatedAt": _iso(visible.now),
@@ -258,8 +266,8 @@ def tools_document_body(
     if declared_servers:
         catalogue = Catalogue(
             team_id=team_id,
-            team_slug=role.team.slug,
-            team_name=role.team.name,
+            team_slug=role.team_slug,
+            team_name=role.team_name,
             role_id=role_id,
             role_name=role.name,
             permission_classes=role.permission_classes,

@@ -12,16 +12,17 @@ the team's grants, the tools (with their servers, categories and health in one j
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from registry.catalogue.naming import namespaced_tool_name
+from registry.core.query_templates import Placeholders, compiled_query, padded
 from registry.servers.models import Health, McpServer, ReviewStatus
 from registry.servers.selectors import approved_tools
 from registry.teams.models import DependencyLevel, Grant, TeamRole
@@ -143,12 +144,24 @@ def _latest(a: datetime | None, b: datetime | None, *, first: bool) -> datetime 
 
 
 @dataclass(frozen=True)
+class VisibleRole:
+    """The role a catalogue is for, as the documents show it."""
+
+    name: str
+    team_slug: str
+    team_name: str
+    permission_classes: list[str]
+
+
+@dataclass(frozen=True)
 class VisibleRows:
     """What the visibility rule lets a team's agent of a role see now, as database rows (the
-    fields asked for), before names, expiries and shapes are made of them."""
+    fields asked for, then the expressions, in that order: `columns` gives each one's place),
+    before names, expiries and shapes are made of them."""
 
-    role: TeamRole
-    rows: list[dict[str, Any]]
+    role: VisibleRole
+    rows: list[Sequence[Any]]
+    columns: dict[str, int]
     server_expiry: dict[int, datetime | None]
     tool_expiry: dict[int, datetime | None]
     granted_server_ids: frozenset[int]
@@ -164,6 +177,69 @@ class VisibleRows:
         return self.tool_expiry[tool_id]
 
 
+_ROLE_FIELDS = ("name", "allows_read", "allows_write", "allows_connect", "team__slug", "team__name")
+
+
+# An expression's text, for the shape: kept with the expression (so its id cannot be reused).
+_EXPRESSION_TEXTS: dict[int, tuple[Any, str]] = {}
+
+
+def _expression_key(expression: Any) -> str:
+    kept = _EXPRESSION_TEXTS.get(id(expression))
+    if kept is None or kept[0] is not expression:
+        kept = (expression, repr(expression))
+        if len(_EXPRESSION_TEXTS) < 1000:  # callers pass module constants; never grow unbounded
+            _EXPRESSION_TEXTS[id(expression)] = kept
+    return kept[1]
+
+
+def _role_query(values: Placeholders) -> QuerySet[TeamRole]:
+    return (
+        TeamRole.objects.filter(pk=values.number("role_id"), team_id=values.number("team_id"))
+        .order_by()
+        .values_list(*_ROLE_FIELDS)
+    )
+
+
+def _grants_query(values: Placeholders) -> QuerySet[Grant]:
+    return (
+        Grant.objects.active(values.moment("now"))
+        .for_role(values.number("role_id"))
+        .filter(team_id=values.number("team_id"))
+        .order_by()
+        .values_list("server_id", "tool_id", "expires_at")
+    )
+
+
+def _tools_query(
+    values: Placeholders,
+    *,
+    classes: tuple[str, ...],
+    servers: int,
+    tools: int,
+    category: bool,
+    hide_unhealthy: bool,
+    fields: tuple[str, ...],
+    expressions: dict[str, Any],
+) -> QuerySet[Any]:
+    """The visible tools of the granted servers and tools (`servers` and `tools` ids, padded)."""
+    queryset = (
+        approved_tools()
+        .filter(server__review_status=ReviewStatus.APPROVED, permission_class__in=classes)
+        .filter(
+            Q(server_id__in=values.numbers("server_ids", servers))
+            | Q(pk__in=values.numbers("tool_ids", tools))
+        )
+    )
+    if category:
+        queryset = queryset.filter(server__category__slug=values.text("category"))
+    if hide_unhealthy:
+        queryset = queryset.exclude(server__status__health=Health.UNHEALTHY)
+    if expressions:
+        queryset = queryset.annotate(**expressions)
+    return queryset.order_by().values_list(*fields, *expressions)
+
+
 def visible_tool_rows(
     *,
     team_id: int,
@@ -174,18 +250,24 @@ def visible_tool_rows(
     **expressions: Any,
 ) -> VisibleRows:
     """The three queries of the visibility rule: the role, the team's grants, the tools (`fields`
-    and `expressions` of each, with `pk` and `server_id` always among the fields)."""
-    now = at or timezone.now()
-    role = TeamRole.objects.select_related("team").filter(pk=role_id, team_id=team_id).first()
-    if role is None:
-        raise UnknownRole(role_id)
-    classes = role.permission_classes
+    and `expressions` of each, with `pk` and `server_id` always among the fields).
 
-    grants = list(
-        Grant.objects.active(now)
-        .for_role(role_id)
-        .filter(team_id=team_id)
-        .values_list("server_id", "tool_id", "expires_at")
+    Each query is compiled once per shape (registry.core.query_templates): an uncached catalogue
+    spent most of its CPU building and compiling them again."""
+    now = at or timezone.now()
+    found = compiled_query(("catalogue-role",), _role_query).run(role_id=role_id, team_id=team_id)
+    if not found:
+        raise UnknownRole(role_id)
+    name, allows_read, allows_write, allows_connect, team_slug, team_name = found[0]
+    classes = TeamRole(
+        allows_read=allows_read, allows_write=allows_write, allows_connect=allows_connect
+    ).permission_classes
+    role = VisibleRole(
+        name=name, team_slug=team_slug, team_name=team_name, permission_classes=classes
+    )
+
+    grants = compiled_query(("catalogue-grants",), _grants_query).run(
+        now=now, role_id=role_id, team_id=team_id
     )
     # When access to each server (whole) and tool (alone) ends: the latest of its grants.
     server_expiry: dict[int, datetime | None] = {}
@@ -194,21 +276,35 @@ def visible_tool_rows(
         target, key = (server_expiry, server_id) if tool_id is None else (tool_expiry, tool_id)
         target[key] = _latest(target.get(key), expires_at, first=key not in target)
 
-    tools = (
-        approved_tools()
-        .filter(server__review_status=ReviewStatus.APPROVED, permission_class__in=classes)
-        .filter(Q(server_id__in=list(server_expiry)) | Q(pk__in=list(tool_expiry)))
+    server_ids, tool_ids = padded(list(server_expiry)), padded(list(tool_expiry))
+    hide_unhealthy = bool(settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY)
+    shape = (
+        "catalogue-tools",
+        tuple(classes),
+        len(server_ids),
+        len(tool_ids),
+        bool(category),
+        hide_unhealthy,
+        fields,
+        tuple((name, _expression_key(expression)) for name, expression in expressions.items()),
     )
-    if category:
-        tools = tools.filter(server__category__slug=category)
-    if settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY:
-        tools = tools.exclude(server__status__health=Health.UNHEALTHY)
-    if expressions:
-        tools = tools.annotate(**expressions)
-    rows = list(tools.order_by().values(*fields, *expressions))
+    template = compiled_query(
+        shape,
+        lambda values: _tools_query(
+            values,
+            classes=tuple(classes),
+            servers=len(server_ids),
+            tools=len(tool_ids),
+            category=bool(category),
+            hide_unhealthy=hide_unhealthy,
+            fields=fields,
+            expressions=expressions,
+        ),
+    )
     return VisibleRows(
         role=role,
-        rows=rows,
+        rows=template.run(server_ids=server_ids, tool_ids=tool_ids, category=category),
+        columns={name: place for place, name in enumerate((*fields, *expressions))},
         server_expiry=server_expiry,
         tool_expiry=tool_expiry,
         granted_server_ids=frozenset(server_id for server_id, _, _ in grants),
@@ -221,8 +317,8 @@ def catalogue_for_agent(
 ) -> Catalogue:
     """The tools a team's agent of this role sees now, namespaced and sorted by name."""
     visible = visible_tool_rows(team_id=team_id, role_id=role_id, category=category, at=at)
-    role, rows, now = visible.role, visible.rows, visible.now
-    classes = role.permission_classes
+    role, now = visible.role, visible.now
+    rows = [dict(zip(visible.columns, row, strict=True)) for row in visible.rows]
 
     servers: dict[int, CatalogueServer] = {}
     counts: dict[int, int] = {}
@@ -275,11 +371,11 @@ def catalogue_for_agent(
     )
     return Catalogue(
         team_id=team_id,
-        team_slug=role.team.slug,
-        team_name=role.team.name,
+        team_slug=role.team_slug,
+        team_name=role.team_name,
         role_id=role_id,
         role_name=role.name,
-        permission_classes=classes,
+        permission_classes=role.permission_classes,
         generated_at=now,
         servers=server_list,
         tools=entries,
