@@ -272,7 +272,10 @@ class Gateway:
         arguments: Mapping[str, Any],
         conversation: str,
         via: str,
+        version: int | None = None,
     ) -> GatewayResult:
+        """One tool call; `version` is the team's catalogue version read with the token check
+        for this request, if it was (else the check reads it)."""
         started = time.time()
         clock = time.perf_counter()
         decision = await cached_or_in_thread(
@@ -281,6 +284,7 @@ class Gateway:
             name=name,
             arguments=arguments,
             conversation=conversation,
+            version=version,
         )
         if not decision.allowed or decision.target is None:
             result = GatewayResult(

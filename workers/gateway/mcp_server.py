@@ -25,7 +25,7 @@ from registry.gateway.calls import UNKNOWN_TOOL
 from registry.gateway.content import ContentEntry, agent_content
 from registry.gateway.listing import team_catalogue_version, tools_list_document
 from registry.teams.tokens import AgentIdentity
-from workers.gateway.auth import AgentPrincipal
+from workers.gateway.auth import VERSION_SCOPE_KEY, AgentPrincipal
 from workers.gateway.calls import Gateway, Operation, cached_or_in_thread
 
 logger = logging.getLogger(__name__)
@@ -239,6 +239,7 @@ class GatewayServer:
             arguments=params.arguments or {},
             conversation=conversation_key(ctx, identity, window_seconds=self.window),
             via="mcp",
+            version=ctx.request.scope.get(VERSION_SCOPE_KEY) if ctx.request is not None else None,
         )
         if outcome.code == UNKNOWN_TOOL:
             raise MCPError(types.INVALID_PARAMS, outcome.decision.message)
