@@ -501,3 +501,47 @@ def test_resources_and_prompts_of_granted_servers_namespaced_and_read_through(ga
     assert str(read.contents[0].uri) == "toolroom://echo/memo%3A%2F%2Fgreeting"
     assert get.messages[0].content.text == "Summarise: a memo"
     assert (other_resources, other_prompts) == ([], [])  # another team: nothing
+
+
+def _rest_status(gateway, token):
+    import httpx2
+
+    response = httpx2.post(
+        f"{gateway.base}/api/v1/tools/echo__echo/call",
+        json={"arguments": {"text": "hi"}},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+        trust_env=False,
+    )
+    return response.status_code
+
+
+def test_a_token_known_good_in_the_gateway_is_refused_on_its_next_request_once_revoked(
+    gateway, world
+):
+    """The gateway keeps a token it checked while its team's catalogue version holds (no lookup
+    per request); revoking the token moves the version, so its very next request is refused."""
+    token = world["ops"]
+    for _ in range(3):  # checked, then confirmed at the team's version, then known good
+        assert _rest_status(gateway, token.plain) == 200
+    assert text_of(_call(gateway, token.plain)) == "hello"
+
+    team_services.agent_token_revoke(actor="test", token=token, reason="leaked")
+
+    assert _rest_status(gateway, token.plain) == 401
+    with pytest.raises(Exception):  # noqa: B017, PT011 (the SDK wraps the HTTP 401 its own way)
+        _call(gateway, token.plain)
+    # The other token of the team is checked again at the new version and still works.
+    assert _rest_status(gateway, world["review"].plain) == 200
+
+
+def test_a_token_known_good_in_the_gateway_is_refused_once_it_expires(gateway, world):
+    from django.utils import timezone
+
+    token = AgentTokenFactory(team=world["alpha"], expires_at=timezone.now() + timedelta(seconds=2))
+    for _ in range(3):
+        assert _rest_status(gateway, token.plain) == 200
+
+    anyio.run(anyio.sleep, 2.1)
+
+    assert _rest_status(gateway, token.plain) == 401

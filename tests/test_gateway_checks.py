@@ -151,3 +151,36 @@ def test_the_gateway_mode_decides_which_runtimes_are_kept_warm(committed):
     plan = runtime_reconcile_plan()
     assert plan.stop == [(servers["demand"].pk, "runtime@host")]
     assert servers["off"].pk not in plan.start
+
+
+def test_the_gateway_knows_a_checked_token_while_its_team_version_holds(
+    setup, committed, django_assert_num_queries
+):
+    """The gateway's in-process token cache (workers/gateway/auth.py): a token checked after the
+    team's version was read is known good without a lookup until the version moves; a revoke
+    moves it, so the very next request checks the token again and is refused."""
+    from registry.catalogue.versions import catalogue_state
+    from registry.teams.tokens import token_lookup_evict_on_commit
+    from workers.gateway.auth import CheckedTokens
+
+    team, _, token = setup
+    catalogue_state(team_id=team.pk)  # the cache holds the team's state (each call check reads it)
+    checked = CheckedTokens()
+    first = checked.authenticate(plain=token.plain)
+    assert first is not None
+    assert first[1] is None  # no version was read before this first check
+    second = checked.authenticate(plain=token.plain)  # checked again, after reading the version
+    assert second is not None
+    assert second[1] is not None
+
+    token_lookup_evict_on_commit(token.prefix)  # a lookup now would have to ask the database
+    with django_assert_num_queries(0):
+        known = checked.authenticate(plain=token.plain)
+    assert known is not None
+    assert known[0].agent.token_id == token.pk
+    assert known[1] == second[1]
+
+    with committed():
+        team_services.agent_token_revoke(actor="test", token=token, reason="leaked")
+
+    assert checked.authenticate(plain=token.plain) is None

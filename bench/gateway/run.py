@@ -1,12 +1,18 @@
 """Gateway benchmark: an echo tool called directly with the SDK vs through the gateway, in one run.
 
-    .venv/bin/python bench/gateway/run.py [--calls 200] [--sessions 1,16,100] [--kinds http,stdio]
+    .venv/bin/python bench/gateway/run.py [--calls 200] [--sessions 1,16,100]
+        [--kinds http,stdio,sandbox]
 
 Kinds: (a) `http`, a Streamable HTTP server (the test suite's scenario server); (b) `stdio`, the
 same server over stdio, held warm by a real runtime worker (Celery, threads pool) and reached
-through its private endpoint. For each kind and each number of concurrent sessions it measures,
-alternating direct and gateway rounds, the latency of `--calls` echo calls per session (every
-session calls one after the other; the sessions run at once), and the gateway process's CPU
+through its private endpoint; (c) `sandbox`, the SDK server tests/sandbox_servers/honest.py in a
+sandboxed container (network none; images from scripts/ensure-sandbox-image), held warm by the same
+runtime worker. Directly, every session of an `http` or `stdio` round opens its own session (a
+process for stdio); the sessions of a `sandbox` round share one container (one SDK `Client`,
+requests in flight together), as the gateway's per-team session does: a hundred containers would
+measure the machine, not the gateway. For each kind and each number of concurrent sessions it
+measures, alternating direct and gateway rounds, the latency of `--calls` echo calls per session
+(every session calls one after the other; the sessions run at once), and the gateway process's CPU
 seconds per call (from /proc). Both sides use the SDK `Client` in `mode="auto"` (2026-07-28).
 It also reports a cold call to each kind (server not running / no pooled session).
 
@@ -52,6 +58,8 @@ from bench._common import (  # noqa: E402
 )
 
 SCENARIO = ROOT / "tests" / "mcp_servers" / "scenario_server.py"
+SANDBOXED_ARGV = ["python3", "/opt/servers/honest.py"]
+TOOLS = {"http": "web__echo", "stdio": "local__echo", "sandbox": "boxed__echo"}
 
 
 def free_port() -> int:
@@ -71,8 +79,8 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
     raise RuntimeError(f"{url} did not answer within {timeout} s")
 
 
-def setup_world(http_url: str, stdio_argv: list[str]) -> str:
-    """Servers discovered and approved, a team granted both, an agent token (printed once)."""
+def setup_world(http_url: str, stdio_argv: list[str], sandbox_image: str | None) -> str:
+    """Servers discovered and approved, a team granted them, an agent token (printed once)."""
     from registry.gateway.services import server_gateway_policy_set  # noqa: PLC0415
     from registry.servers import services as servers  # noqa: PLC0415
     from registry.servers.discovery import (  # noqa: PLC0415
@@ -90,10 +98,24 @@ def setup_world(http_url: str, stdio_argv: list[str]) -> str:
     from workers.discovery import discover_plan  # noqa: PLC0415
 
     team = team_create(actor="bench", slug="bench", name="Bench")
-    for slug, fields in (
+    servers_fields: list[tuple[str, dict[str, Any]]] = [
         ("web", {"transport": "streamable_http", "url": http_url}),
         ("local", {"transport": "stdio", "command": stdio_argv}),
-    ):
+    ]
+    if sandbox_image is not None:
+        servers_fields.append(
+            (
+                "boxed",
+                {
+                    "transport": "stdio",
+                    "command": SANDBOXED_ARGV,
+                    "isolation": "sandbox",
+                    "image": sandbox_image,
+                    "network_mode": "none",
+                },
+            )
+        )
+    for slug, fields in servers_fields:
         server = servers.server_create(
             actor="bench", slug=slug, name=slug.title(), trust_tier="builtin", **fields
         )
@@ -129,7 +151,15 @@ async def session_calls(open_client: Any, calls: int, start: anyio.Event) -> lis
     return latencies
 
 
-def client_factory(kind: str, side: str, *, http_url: str, gateway_url: str, token: str) -> Any:
+def client_factory(
+    kind: str,
+    side: str,
+    *,
+    http_url: str,
+    gateway_url: str,
+    token: str,
+    sandbox_image: str | None = None,
+) -> Any:
     from contextlib import asynccontextmanager  # noqa: PLC0415
 
     from mcp import Client, StdioServerParameters  # noqa: PLC0415
@@ -137,7 +167,22 @@ def client_factory(kind: str, side: str, *, http_url: str, gateway_url: str, tok
 
     @asynccontextmanager
     async def open_client() -> Any:
-        if side == "direct" and kind == "http":
+        if side == "direct" and kind == "sandbox":
+            from workers.adapters.sandbox import ContainerSpec, sandbox_transport  # noqa: PLC0415
+
+            assert sandbox_image is not None
+            spec = ContainerSpec(
+                server_key=f"bench-gateway-{os.getpid()}",
+                image=sandbox_image,
+                argv=SANDBOXED_ARGV,
+                memory_mb=512,
+                cpus=1.0,
+                pids_limit=128,
+            )
+            async with Client(sandbox_transport(spec)) as c:
+                c.bench_tool = "echo"
+                yield c
+        elif side == "direct" and kind == "http":
             http = httpx2.AsyncClient(timeout=60, trust_env=False)
             async with http, Client(streamable_http_client(http_url, http_client=http)) as c:
                 c.bench_tool = "echo"
@@ -152,13 +197,46 @@ def client_factory(kind: str, side: str, *, http_url: str, gateway_url: str, tok
                 headers={"Authorization": f"Bearer {token}"}, timeout=60, trust_env=False
             )
             async with http, Client(streamable_http_client(gateway_url, http_client=http)) as c:
-                c.bench_tool = "web__echo" if kind == "http" else "local__echo"
+                c.bench_tool = TOOLS[kind]
                 yield c
 
+    if side == "direct" and kind == "sandbox":
+        return shared(open_client)
+    return open_client
+
+
+def shared(open_one: Any) -> Any:
+    """Every session of a round calls through one client opened once for the round."""
+    from contextlib import asynccontextmanager  # noqa: PLC0415
+
+    holder: dict[str, Any] = {}
+
+    @asynccontextmanager
+    async def open_client() -> Any:
+        yield holder["client"]
+
+    @asynccontextmanager
+    async def round_scope() -> Any:
+        async with open_one() as client:
+            holder["client"] = client
+            try:
+                yield
+            finally:
+                holder.clear()
+
+    open_client.round_scope = round_scope  # type: ignore[attr-defined]
     return open_client
 
 
 async def measure(open_client: Any, sessions: int, calls: int) -> list[float]:
+    round_scope = getattr(open_client, "round_scope", None)
+    if round_scope is not None:
+        async with round_scope():
+            return await _measure(open_client, sessions, calls)
+    return await _measure(open_client, sessions, calls)
+
+
+async def _measure(open_client: Any, sessions: int, calls: int) -> list[float]:
     start = anyio.Event()
     results: list[list[float]] = []
 
@@ -177,12 +255,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--sessions", default="1,16,100")
-    parser.add_argument("--kinds", default="http,stdio")
+    parser.add_argument("--kinds", default="http,stdio,sandbox")
     args = parser.parse_args()
     session_counts = [int(n) for n in args.sessions.split(",")]
     kinds = args.kinds.split(",")
 
     pid = os.getpid()
+    load_at_start = loadavg()
     prefix = f"toolroom-bench-gateway-{pid}"
     database = f"toolroom_bench_gateway_{pid}"
     pg_create(database)
@@ -204,7 +283,12 @@ def main() -> int:
             )
         )
         wait_http(f"http://127.0.0.1:{http_port}/")
-        token = setup_world(http_url, [sys.executable, str(SCENARIO)])
+        sandbox_image = None
+        if "sandbox" in kinds:
+            from tests.sandbox_images import ensure_test_images  # noqa: PLC0415
+
+            sandbox_image = ensure_test_images(say=lambda _line: None).servers.reference
+        token = setup_world(http_url, [sys.executable, str(SCENARIO)], sandbox_image)
         gateway = subprocess.Popen(
             [
                 sys.executable,
@@ -222,7 +306,7 @@ def main() -> int:
         processes.append(gateway)
         gateway_base = f"http://127.0.0.1:{gateway_port}"
         wait_http(f"{gateway_base}/healthz")
-        if "stdio" in kinds:
+        if "stdio" in kinds or "sandbox" in kinds:
             processes.append(
                 subprocess.Popen(
                     [
@@ -254,7 +338,12 @@ def main() -> int:
         for kind in kinds:
             factories = {
                 side: client_factory(
-                    kind, side, http_url=http_url, gateway_url=f"{gateway_base}/mcp", token=token
+                    kind,
+                    side,
+                    http_url=http_url,
+                    gateway_url=f"{gateway_base}/mcp",
+                    token=token,
+                    sandbox_image=sandbox_image,
                 )
                 for side in ("direct", "gateway")
             }
@@ -294,7 +383,7 @@ def main() -> int:
         redis_cleanup(prefix)
         pg_drop(database)
     print()
-    print(f"load average at the end: {loadavg()}; Redis {REDIS_URL}")
+    print(f"load average at the start: {load_at_start}, at the end: {loadavg()}; Redis {REDIS_URL}")
     print(
         markdown_table(
             [

@@ -167,6 +167,20 @@ def _mirror(team_ids: list[int]) -> None:
         _states_set_if_newer(cache, _states_from_db(team_ids))
 
 
+def catalogue_state_cached(*, team_id: int) -> CatalogueState | None:
+    """The team's state as the cache holds it now, or None when only the database can say
+    (no trusted entry, a change being committed, or an expiry passed): no query, one cache read.
+
+    A state read here was written after its change committed (and after the hooks that ran
+    before it), which is what lets the gateway trust an identity it checked after this read
+    for as long as the version holds."""
+    cache = catalogue_cache()
+    state = _state_get(cache, team_id) if cache is not None else None
+    if state is None or state.pending or state.is_stale(time.time()):
+        return None
+    return state
+
+
 def catalogue_state(*, team_id: int) -> CatalogueState:
     """The team's current state: from the cache (no query) when it holds a trusted one, else from
     the database (always, while the cache is unavailable)."""

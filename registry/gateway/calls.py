@@ -300,9 +300,13 @@ def call_table_build(*, team_id: int, role_id: int, version: int) -> CallTable:
     return table
 
 
-def call_table(*, team_id: int, role_id: int) -> CallTable:
-    """The team+role's call table at its current version; no query while the version holds."""
-    version = catalogue_state(team_id=team_id).version
+def call_table(*, team_id: int, role_id: int, version: int | None = None) -> CallTable:
+    """The team+role's call table at its current version; no query while the version holds.
+
+    `version`: the team's version the caller has just read (the gateway reads it once per call,
+    with the token check); else it is read here."""
+    if version is None:
+        version = catalogue_state(team_id=team_id).version
     key = (team_id, role_id)
     table = _tables.get(key)
     if table is not None and table.version == version:
@@ -369,18 +373,20 @@ def call_check(
     arguments: Mapping[str, Any] | None,
     conversation: str = "",
     at: float | None = None,
+    version: int | None = None,
 ) -> CallDecision:
     """Whether the agent may call the tool `name` with these arguments now, and why not.
 
     `conversation` keys the private-data ratchet (docs/gateway.md says what it is per protocol).
     The token itself (hash, revocation) has been authenticated by the caller; its expiry is
-    checked here too, with the same clock as the grant's.
+    checked here too, with the same clock as the grant's. `version`: the team's catalogue version
+    the caller read from the cache for this call (see `call_table`).
     """
     now = time.time() if at is None else at
     if identity.expires_at is not None and identity.expires_at <= now:
         return _refuse(TOKEN_EXPIRED, "The agent token has expired.", name)
     try:
-        table = call_table(team_id=identity.team_id, role_id=identity.role_id)
+        table = call_table(team_id=identity.team_id, role_id=identity.role_id, version=version)
     except UnknownRole:
         return _refuse(TOKEN_EXPIRED, "The agent token's role no longer exists.", name)
     scope: dict[str, Any] = {

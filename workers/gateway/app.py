@@ -28,7 +28,7 @@ from starlette.routing import Route
 from registry.gateway import calls as checks
 from registry.gateway.identity import identity_jwks
 from registry.gateway.models import CallOutcome
-from workers.gateway.auth import AgentPrincipal, AgentTokenBackend
+from workers.gateway.auth import VERSION_SCOPE_KEY, AgentPrincipal, AgentTokenBackend
 from workers.gateway.calls import (
     ERROR_META,
     IDENTITY_HEADER,
@@ -119,6 +119,7 @@ def build_gateway_app() -> Starlette:
                 conversation=request.headers.get(CONVERSATION_HEADER, ""),
             ),
             via="rest",
+            version=request.scope.get(VERSION_SCOPE_KEY),
         )
         if outcome.code != checks.ALLOWED:
             meta = outcome.result["_meta"][ERROR_META]

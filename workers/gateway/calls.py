@@ -286,8 +286,11 @@ class Gateway:
         conversation: str,
         via: str,
         questions: CallQuestions | None = None,
+        version: int | None = None,
     ) -> GatewayResult:
-        """`questions`: where a question the server asks mid-call goes (none: refused)."""
+        """One tool call. `questions`: where a question the server asks mid-call goes (none:
+        refused); `version` is the team's catalogue version read with the token check for this
+        request, if it was (else the check reads it)."""
         started = time.time()
         clock = time.perf_counter()
         decision = await cached_or_in_thread(
@@ -296,6 +299,7 @@ class Gateway:
             name=name,
             arguments=arguments,
             conversation=conversation,
+            version=version,
         )
         if not decision.allowed or decision.target is None:
             result = GatewayResult(

@@ -25,7 +25,7 @@ from registry.gateway.calls import UNKNOWN_TOOL
 from registry.gateway.content import ContentEntry, agent_content, resource_lookup
 from registry.gateway.listing import team_catalogue_version, tools_list_document
 from registry.teams.tokens import AgentIdentity
-from workers.gateway.auth import AgentPrincipal
+from workers.gateway.auth import VERSION_SCOPE_KEY, AgentPrincipal
 from workers.gateway.calls import Gateway, Operation, cached_or_in_thread
 from workers.gateway.questions import (
     INPUT_REQUIRED,
@@ -277,6 +277,7 @@ class GatewayServer:
             conversation=conversation,
             via="mcp",
             questions=questions,
+            version=ctx.request.scope.get(VERSION_SCOPE_KEY) if ctx.request is not None else None,
         )
         if outcome.code == UNKNOWN_TOOL:
             raise MCPError(types.INVALID_PARAMS, outcome.decision.message)
