@@ -25,11 +25,12 @@ from registry.servers.discovery import (
     discovery_runs_stuck,
 )
 from registry.servers.models import DiscoveryRun, DiscoveryStatus, McpServer
-from tests.celery_worker import CeleryWorker, wait_for
+from tests.celery_worker import CeleryWorker
 from tests.mcp_fixtures import scenario_argv
 from tests.owned_redis import OwnedRedis
+from tests.waiting import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers]
 
 
 def _server(slug: str, *flags: str) -> McpServer:

@@ -96,6 +96,7 @@ def test_a_stdio_server_starts_on_demand_and_keeps_each_team_apart(
     assert shared == ["one"]
 
 
+@pytest.mark.containers
 def test_a_sandboxed_server_is_called_through_the_gateway(gateway):
     """The published mcp-server-time in a sandboxed container, held warm by a runtime manager
     (in this process), called by an agent through the gateway and the private endpoint."""

@@ -177,6 +177,7 @@ def test_a_call_through_a_runtime_worker_continues_the_gateways_trace(traced):
     assert (gateway_span.name, gateway_span.trace_id) == ("gateway tools/call", trace_id)
 
 
+@pytest.mark.workers
 @pytest.mark.django_db(transaction=True)
 def test_a_task_is_traced_where_it_is_sent_and_where_a_worker_runs_it(traced, tmp_path):
     """The discovery a new server asks for: sent from this process, run by a real Celery worker

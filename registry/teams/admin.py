@@ -55,6 +55,10 @@ class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]
     fields = ["user", "level"]
     autocomplete_fields = ["user"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Membership]:
+        # Each row's title names the user and the team: one query, not two per row.
+        return super().get_queryset(request).select_related("user", "team")
+
 
 class TeamRoleInline(admin.TabularInline):  # type: ignore[type-arg]
     model = TeamRole
