@@ -91,6 +91,23 @@ def discovery_request(*, server: McpServer, actor: Actor, trigger: str) -> Disco
     return run
 
 
+# Approved servers are discovered again at least this often (catches rug pulls).
+DISCOVERY_MAX_AGE = timedelta(hours=6)
+
+
+def discovery_request_stale(*, actor: Actor, max_age: timedelta = DISCOVERY_MAX_AGE) -> int:
+    """Request a discovery of every approved server not discovered within `max_age`; how many."""
+    cutoff = timezone.now() - max_age
+    servers = McpServer.objects.filter(review_status=ReviewStatus.APPROVED).exclude(
+        status__last_discovered_at__gte=cutoff
+    )
+    count = 0
+    for server in servers:
+        discovery_request(server=server, actor=actor, trigger="schedule")
+        count += 1
+    return count
+
+
 def discovery_send(*, run_id: int) -> bool:
     """Hand the run's task to the broker and note that it took it; False (logged, the janitor
     sends it later) when the broker is unavailable. Call after commit."""
