@@ -7,7 +7,6 @@ management commands do; the admin only gathers input and shows results.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -30,6 +29,7 @@ from registry.core.admin_ids import object_id_or_404
 from registry.core.canonical import pretty_json
 from registry.core.errors import ApplicationError
 from registry.core.secret_fields import mask_mapping
+from registry.core.service_admin import ServiceAdmin
 from registry.gateway.admin import gateway_policy_summary
 from registry.servers import services
 from registry.servers.admin_forms import (
@@ -199,35 +199,14 @@ class DiscoveryFilter(admin.SimpleListFilter):
         return queryset
 
 
-# (action, label, whether a reason/note is asked for)
+# The review decisions (action, label), in the order the page offers them: services.TRANSITIONS.
 SERVER_DECISIONS: list[tuple[str, str]] = [
-    ("submit", "Submit for review"),
-    ("approve", "Approve"),
-    ("reject", "Reject"),
-    ("suspend", "Suspend"),
-    ("retire", "Retire"),
+    (action, transition.label) for action, transition in services.TRANSITIONS.items()
 ]
-_DECISION_SERVICES: dict[str, Callable[..., McpServer]] = {
-    "submit": lambda actor, server, reason: services.server_submit_for_review(
-        actor=actor, server=server
-    ),
-    "approve": lambda actor, server, reason: services.server_approve(
-        actor=actor, server=server, note=reason
-    ),
-    "reject": lambda actor, server, reason: services.server_reject(
-        actor=actor, server=server, reason=reason
-    ),
-    "suspend": lambda actor, server, reason: services.server_suspend(
-        actor=actor, server=server, reason=reason
-    ),
-    "retire": lambda actor, server, reason: services.server_retire(
-        actor=actor, server=server, reason=reason
-    ),
-}
 
 
 @admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class McpServerAdmin(ServiceAdmin):
     form = McpServerAdminForm
     change_form_template = "admin/servers/mcpserver/change_form.html"
     change_list_template = "admin/servers/mcpserver/change_list.html"
@@ -419,19 +398,23 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # --- saving through the services ----------------------------------------------------------
 
     def save_model(self, request: HttpRequest, obj: McpServer, form: Any, change: bool) -> None:
-        try:
-            if change:
-                services.server_update(
+        if change:
+            saved = self.run_service(
+                request,
+                lambda: services.server_update(
                     actor=request.user, server=obj, changes=form.server_fields(changed_only=True)
-                )
-            else:
-                created = services.server_create(
+                ),
+            )
+        else:
+            saved = self.run_service(
+                request,
+                lambda: services.server_create(
                     actor=request.user, **form.server_fields(changed_only=False)
-                )
-                obj.pk = created.pk
-        except ApplicationError as exc:
-            messages.error(request, exc.message)
-            request._toolroom_save_failed = True  # type: ignore[attr-defined]
+                ),
+            )
+            if saved is not None:
+                obj.pk = saved.pk
+        if saved is None:
             return
         # A launcher command (npx, uvx, docker run) became a pinned package or image reference.
         if getattr(form, "launcher_pin", None) is not None:
@@ -443,18 +426,6 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """Nothing related is edited on this page; tools change through their own services."""
-
-    def response_add(
-        self, request: HttpRequest, obj: McpServer, post_url_continue: Any = None
-    ) -> HttpResponse:
-        if getattr(request, "_toolroom_save_failed", False):
-            return HttpResponseRedirect(request.path)
-        return super().response_add(request, obj, post_url_continue)
-
-    def response_change(self, request: HttpRequest, obj: McpServer) -> HttpResponse:
-        if getattr(request, "_toolroom_save_failed", False):
-            return HttpResponseRedirect(request.path)
-        return super().response_change(request, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj: McpServer | None = None) -> bool:
         # Servers are retired, never deleted, once they left draft: their trail must stay.
@@ -630,7 +601,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return import_servers_view(self, request)
 
     def decision_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
-        if action not in _DECISION_SERVICES:
+        if action not in services.TRANSITIONS:
             raise PermissionDenied
         if not request.user.has_perm("servers.review_mcpserver"):
             raise PermissionDenied
@@ -657,7 +628,11 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 done: list[McpServer] = []
                 for server in servers:
                     try:
-                        done.append(_DECISION_SERVICES[action](request.user, server, reason))
+                        done.append(
+                            services.server_decide(
+                                actor=request.user, server=server, action=action, reason=reason
+                            )
+                        )
                     except ApplicationError as exc:
                         if not bulk:
                             field = exc.field if exc.field in form.fields else None
@@ -1131,34 +1106,3 @@ class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 "form": form,
             },
         )
-
-
-@admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    # Short columns, so the summary (what happened, in words) keeps its room at 1366 px.
-    list_display = ["when", "who", "action", "target", "summary"]
-    list_filter = ["action", "target_type"]
-    search_fields = ["actor_label", "action", "target_repr", "summary"]
-    list_select_related = ["server"]
-    date_hierarchy = "created_at"
-
-    @admin.display(description="When", ordering="created_at")
-    def when(self, obj: AuditEvent) -> str:
-        return obj.created_at.astimezone(timezone.get_current_timezone()).strftime("%Y-%m-%d %H:%M")
-
-    @admin.display(description="Who", ordering="actor_label")
-    def who(self, obj: AuditEvent) -> str:
-        return obj.actor_label
-
-    @admin.display(description="Target", ordering="target_repr")
-    def target(self, obj: AuditEvent) -> str:
-        return obj.target_repr
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
-        return False

@@ -481,11 +481,15 @@ def _raw(server: McpServer, name: str) -> Any:
 
 @dataclass(frozen=True)
 class Transition:
+    """One review decision: from which statuses, to which, and how the admin names it."""
+
     action: str
     sources: tuple[ReviewStatus, ...]
     target: ReviewStatus
     verb: str
     reason_required: bool = False
+    label: str = ""  # the decision's button in the admin
+    takes_reason: bool = True  # submitting records no note
 
 
 TRANSITIONS = {
@@ -494,12 +498,15 @@ TRANSITIONS = {
         (ReviewStatus.DRAFT, ReviewStatus.REJECTED),
         ReviewStatus.PENDING_REVIEW,
         "submitted for review",
+        label="Submit for review",
+        takes_reason=False,
     ),
     "approve": Transition(
         "approve",
         (ReviewStatus.PENDING_REVIEW, ReviewStatus.SUSPENDED),
         ReviewStatus.APPROVED,
         "approved",
+        label="Approve",
     ),
     "reject": Transition(
         "reject",
@@ -507,6 +514,7 @@ TRANSITIONS = {
         ReviewStatus.REJECTED,
         "rejected",
         reason_required=True,
+        label="Reject",
     ),
     "suspend": Transition(
         "suspend",
@@ -514,12 +522,14 @@ TRANSITIONS = {
         ReviewStatus.SUSPENDED,
         "suspended",
         reason_required=True,
+        label="Suspend",
     ),
     "retire": Transition(
         "retire",
         tuple(s for s in ReviewStatus if s != ReviewStatus.RETIRED),
         ReviewStatus.RETIRED,
         "retired",
+        label="Retire",
     ),
 }
 
@@ -585,6 +595,14 @@ def _check_approval_requirements(server: McpServer, note: str) -> None:
                 f"A {tier} server needs a vetting report from a successful discovery before it "
                 "can be approved; run discovery and read the report first."
             )
+
+
+def server_decide(*, actor: Actor, server: McpServer, action: str, reason: str = "") -> McpServer:
+    """Apply the review decision `action` (a key of TRANSITIONS); `reason` is the approval's note
+    or the reason a rejection, suspension or retirement gives."""
+    if not TRANSITIONS[action].takes_reason:
+        reason = ""
+    return _server_transition(actor=actor, server=server, action=action, reason=reason)
 
 
 def server_submit_for_review(*, actor: Actor, server: McpServer) -> McpServer:
