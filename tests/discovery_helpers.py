@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from registry.servers.discovery import discovery_request
 from registry.servers.models import DiscoveryRun, DiscoveryStatus, McpServer
+from registry.servers.operations.discovery import discovery_request
 from workers.discovery import run_discovery
 
 

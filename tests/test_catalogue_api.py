@@ -12,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from registry.servers import services as server_services
-from registry.servers import tool_sync
 from registry.servers.models import Health
+from registry.servers.vetting import tool_sync
 from registry.teams import services
 from tests.catalogue_helpers import CONNECT, READ, WRITE, approved_server, set_health, tool_of
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory, tool_definition

@@ -222,8 +222,8 @@ def test_the_schedule_requests_approved_servers_not_discovered_for_six_hours():
 
     from django.utils import timezone
 
-    from registry.servers.discovery import discovery_request_stale
     from registry.servers.models import DiscoveryRun
+    from registry.servers.operations.discovery import discovery_request_stale
 
     McpServerFactory(slug="never", review_status="approved")
     stale = McpServerFactory(slug="stale", review_status="approved")

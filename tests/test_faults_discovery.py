@@ -18,13 +18,13 @@ from registry.audit.models import AuditEvent
 from registry.core import task_queue
 from registry.core.models import ProcessHeartbeat
 from registry.servers import services
-from registry.servers.discovery import (
+from registry.servers.models import DiscoveryRun, DiscoveryStatus, McpServer
+from registry.servers.operations.discovery import (
     discovery_claim,
     discovery_janitor,
     discovery_request,
     discovery_runs_stuck,
 )
-from registry.servers.models import DiscoveryRun, DiscoveryStatus, McpServer
 from tests.celery_worker import CeleryWorker
 from tests.mcp_fixtures import scenario_argv
 from tests.owned_redis import OwnedRedis

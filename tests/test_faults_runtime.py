@@ -17,8 +17,12 @@ from django.utils import timezone
 
 from registry.audit.models import AuditEvent
 from registry.servers.models import RuntimeState, ServerStatus
+from registry.servers.operations.runtime import (
+    runtime_claim,
+    runtime_display_state,
+    runtime_request,
+)
 from registry.servers.policy import TrustTier
-from registry.servers.runtime import runtime_claim, runtime_display_state, runtime_request
 from tests.factories import McpServerFactory
 from tests.mcp_fixtures import scenario_argv
 from tests.process_hygiene import server_processes_started_by

@@ -10,8 +10,8 @@ import pytest
 
 from registry.core.request_ids import JsonFormatter, RequestIdFilter, request_id_bound
 from registry.servers import services
-from registry.servers.discovery import discovery_request
 from registry.servers.models import DiscoveryRun
+from registry.servers.operations.discovery import discovery_request
 from tests.celery_worker import CeleryWorker
 from tests.mcp_fixtures import scenario_argv
 from tests.waiting import wait_for

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from registry.servers.models import RuntimeState, ServerStatus
-from registry.servers.runtime import runtime_claim, runtime_request
+from registry.servers.operations.runtime import runtime_claim, runtime_request
 from tests.factories import McpServerFactory
 from tests.mcp_fixtures import scenario_argv
 from tests.process_hygiene import server_processes_started_by

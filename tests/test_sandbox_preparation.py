@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from registry.servers.models import DiscoveryRun, SandboxPreparation
-from registry.servers.sandbox_preparation import (
+from registry.servers.operations.sandbox_preparation import (
     FIX_COMMAND,
     sandbox_needs,
     sandbox_preparation_record,

@@ -7,11 +7,11 @@ import docker
 import pytest
 
 from registry.servers import services
-from registry.servers.health import health_record
-from registry.servers.launch import server_launch_plan
 from registry.servers.models import Health, RuntimeState, ServerStatus
+from registry.servers.operations.health import health_record
+from registry.servers.operations.launch import server_launch_plan
+from registry.servers.operations.runtime import runtime_request
 from registry.servers.policy import TrustTier
-from registry.servers.runtime import runtime_request
 from tests.discovery_helpers import discover_inline
 from tests.factories import McpServerFactory
 from workers.health import check_plans

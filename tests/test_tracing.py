@@ -20,7 +20,7 @@ from registry.core import tracing
 from registry.gateway.services import server_gateway_policy_set
 from registry.servers import services as server_services
 from registry.servers.models import Tool
-from registry.servers.runtime import runtime_request
+from registry.servers.operations.runtime import runtime_request
 from tests.celery_worker import CeleryWorker
 from tests.discovery_helpers import discover_inline
 from tests.factories import AgentTokenFactory, GrantFactory, McpServerFactory, TeamFactory

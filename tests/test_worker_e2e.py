@@ -14,8 +14,6 @@ from django.conf import settings
 
 from registry.core import task_queue
 from registry.servers import services
-from registry.servers.discovery import discovery_request
-from registry.servers.health import health_request
 from registry.servers.models import (
     DiscoveryRun,
     DiscoveryStatus,
@@ -24,7 +22,9 @@ from registry.servers.models import (
     RuntimeState,
     ServerStatus,
 )
-from registry.servers.runtime import runtime_display_state, runtime_request
+from registry.servers.operations.discovery import discovery_request
+from registry.servers.operations.health import health_request
+from registry.servers.operations.runtime import runtime_display_state, runtime_request
 from tests.celery_worker import CeleryWorker
 from tests.mcp_fixtures import scenario_argv
 from tests.process_hygiene import server_processes_started_by

@@ -14,13 +14,13 @@ import anyio
 from django.conf import settings
 from django.db import close_old_connections
 
-from registry.servers.discovery import (
+from registry.servers.operations.discovery import (
     DiscoveryOutcome,
     discovery_claim,
     discovery_lease_renew,
     discovery_record,
 )
-from registry.servers.launch import LaunchPlan, server_launch_plan
+from registry.servers.operations.launch import LaunchPlan, server_launch_plan
 from workers.adapters.mcp_client import McpFailure, connect, elapsed_ms
 from workers.launch import discovery_deadlines, target_for
 from workers.listing import failed_outcome, list_everything

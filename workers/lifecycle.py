@@ -16,7 +16,7 @@ from celery.signals import beat_init, task_postrun, task_prerun, worker_ready, w
 from registry.core import task_queue
 from registry.core.models import ProcessKind
 from registry.core.request_ids import TASK_HEADER, current_request_id
-from registry.servers.runtime import runtime_forget_owner
+from registry.servers.operations.runtime import runtime_forget_owner
 from workers.heartbeat import heartbeat_start, heartbeat_stop, sandbox_state
 from workers.janitor import kill_orphans
 from workers.runtime import start_manager, stop_manager

@@ -31,11 +31,11 @@ from registry.gateway.runtimes import (
     runtime_endpoint_secret,
     server_runtime_wanted,
 )
-from registry.servers.discovery import DiscoveryOutcome
-from registry.servers.health import HealthResult
-from registry.servers.launch import LaunchPlan, server_launch_plan
 from registry.servers.models import McpServer, RuntimeState
-from registry.servers.runtime import runtime_claim, runtime_heartbeat, runtime_report
+from registry.servers.operations.discovery import DiscoveryOutcome
+from registry.servers.operations.health import HealthResult
+from registry.servers.operations.launch import LaunchPlan, server_launch_plan
+from registry.servers.operations.runtime import runtime_claim, runtime_heartbeat, runtime_report
 from workers.adapters.mcp_client import (
     Deadlines,
     McpConnection,

@@ -19,14 +19,14 @@ from registry.notifications.services import (
     access_request_email_send,
     webhook_delivery_attempt,
 )
-from registry.servers.discovery import discovery_janitor, discovery_request_stale
-from registry.servers.health import (
+from registry.servers.operations.discovery import discovery_janitor, discovery_request_stale
+from registry.servers.operations.health import (
     health_claim_due,
     health_dispatch,
     health_history_prune,
     health_record,
 )
-from registry.servers.runtime import runtime_reconcile_plan
+from registry.servers.operations.runtime import runtime_reconcile_plan
 from workers import lifecycle  # noqa: F401 - connects the worker start/stop hooks
 from workers.adapters.sandbox import SandboxError
 from workers.celery import app

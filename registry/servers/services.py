@@ -19,7 +19,6 @@ from django.utils import timezone
 
 from registry.audit.services import Actor, actor_label, audit_record
 from registry.core.errors import ApplicationError
-from registry.servers.discovery import discovery_request
 from registry.servers.importing.launchers import LauncherError, launcher_parse
 from registry.servers.models import (
     ApprovalEndReason,
@@ -32,6 +31,8 @@ from registry.servers.models import (
     Tool,
     ToolApproval,
 )
+from registry.servers.operations.discovery import discovery_request
+from registry.servers.operations.runtime import runtime_restart_if_held
 from registry.servers.policy import (
     NETWORK_STRICTNESS,
     Isolation,
@@ -42,7 +43,6 @@ from registry.servers.policy import (
     is_trust_increase,
     tier_policy,
 )
-from registry.servers.runtime import runtime_restart_if_held
 from registry.servers.signals import announce_visibility_change
 from registry.servers.tool_definitions import derive_permission_class
 

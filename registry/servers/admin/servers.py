@@ -39,7 +39,7 @@ from registry.servers.admin.operations import (
     operate_view,
     server_operations_context,
 )
-from registry.servers.launcher_adoption import package_pin_record
+from registry.servers.importing.launcher_adoption import package_pin_record
 from registry.servers.models import (
     ApprovalState,
     Health,
@@ -48,12 +48,12 @@ from registry.servers.models import (
     ServerStatus,
     Tool,
 )
-from registry.servers.policy import TIER_POLICIES, Isolation, allowed_network_modes, tier_policy
-from registry.servers.sandbox_checks import (
+from registry.servers.operations.sandbox_checks import (
     server_ids_with_sandbox_launch_warnings,
     server_sandbox_launch_warnings,
 )
-from registry.servers.sandbox_preparation import sandbox_preparation_current
+from registry.servers.operations.sandbox_preparation import sandbox_preparation_current
+from registry.servers.policy import TIER_POLICIES, Isolation, allowed_network_modes, tier_policy
 from registry.servers.selectors import (
     server_list_with_tool_counts,
     tool_review_filter,

@@ -35,9 +35,9 @@ from registry.servers.models import (
     ReviewStatus,
     ServerStatus,
 )
-from registry.servers.runtime import runtime_live_owner
-from registry.servers.scanner import scan_text, scan_tool_definition
-from registry.servers.tool_sync import ToolListError, server_tools_sync
+from registry.servers.operations.runtime import runtime_live_owner
+from registry.servers.vetting.scanner import scan_text, scan_tool_definition
+from registry.servers.vetting.tool_sync import ToolListError, server_tools_sync
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from registry.servers.scanner.definitions import (
+from registry.servers.vetting.scanner.definitions import (
     NAMESPACE_SEPARATOR,
     _check_length,
     _check_markup,
@@ -18,7 +18,7 @@ from registry.servers.scanner.definitions import (
     _scan_prose,
     _walk,
 )
-from registry.servers.scanner.findings import (
+from registry.servers.vetting.scanner.findings import (
     KINDS,
     SEVERITIES,
     Finding,
@@ -26,7 +26,7 @@ from registry.servers.scanner.findings import (
     Severity,
     _Collector,
 )
-from registry.servers.scanner.limits import (
+from registry.servers.vetting.scanner.limits import (
     EXCERPT_CONTEXT_CHARS,
     HIDDEN_CHARS_DETAILED,
     MAX_DESCRIPTION_CHARS,

@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from registry.core.canonical import canonical_json
-from registry.servers.scanner.findings import _Collector, _Hit
-from registry.servers.scanner.hidden_unicode import (
+from registry.servers.vetting.scanner.findings import _Collector, _Hit
+from registry.servers.vetting.scanner.hidden_unicode import (
     _describe_codepoints,
     _excerpt,
     _hidden_re,
@@ -18,7 +18,7 @@ from registry.servers.scanner.hidden_unicode import (
     _scan_hidden,
     _truncate,
 )
-from registry.servers.scanner.limits import (
+from registry.servers.vetting.scanner.limits import (
     EXCERPT_CONTEXT_CHARS,
     MAX_EXCERPT_CHARS,
     MAX_NAME_CHARS,
@@ -29,7 +29,7 @@ from registry.servers.scanner.limits import (
     PATTERN_SCAN_HEAD_CHARS,
     PATTERN_SCAN_TAIL_CHARS,
 )
-from registry.servers.scanner.phrases import _phrase_hits
+from registry.servers.vetting.scanner.phrases import _phrase_hits
 
 # How catalogues namespace tool names: `<server slug>__<tool name>` (registry.catalogue.naming).
 NAMESPACE_SEPARATOR: Final = "__"

@@ -10,8 +10,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Final
 
-from registry.servers.scanner.findings import _SEVERITY_RANK, Severity, _Collector, _Hit
-from registry.servers.scanner.limits import (
+from registry.servers.vetting.scanner.findings import _SEVERITY_RANK, Severity, _Collector, _Hit
+from registry.servers.vetting.scanner.limits import (
     EXCERPT_CONTEXT_CHARS,
     HIDDEN_CHARS_DETAILED,
     MAX_EXCERPT_CHARS,

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from registry.servers.scanner.findings import _MATCHES_DETAILED, FindingKind, Severity, _Hit
-from registry.servers.scanner.hidden_unicode import (
+from registry.servers.vetting.scanner.findings import _MATCHES_DETAILED, FindingKind, Severity, _Hit
+from registry.servers.vetting.scanner.hidden_unicode import (
     _ASCII_HIDDEN,
     _WHITESPACE,
     _excerpt,
@@ -21,7 +21,7 @@ from registry.servers.scanner.hidden_unicode import (
     _render,
     _truncate,
 )
-from registry.servers.scanner.limits import PATTERN_SCAN_HEAD_CHARS, PATTERN_SCAN_TAIL_CHARS
+from registry.servers.vetting.scanner.limits import PATTERN_SCAN_HEAD_CHARS, PATTERN_SCAN_TAIL_CHARS
 
 # --- Phrases aimed at the model, and requests for secrets ----------------------------------------
 
