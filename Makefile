@@ -8,7 +8,7 @@ PORT ?= 8000
 PYTEST_ARGS ?=
 export PORT PYTEST_ARGS
 
-.PHONY: help run test lint typecheck pytest check-deploy clean
+.PHONY: help run test lint typecheck pytest pytest-fast check-deploy clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ typecheck: ## mypy (strict, with django-stubs)
 
 pytest: ## Only the test suite (with its set-up); PYTEST_ARGS="-k name -x" narrows it
 	@bash scripts/check pytest
+
+pytest-fast: ## pytest without the slow tiers (containers, real workers, browser, quickstart)
+	@bash scripts/check pytest-fast
 
 check-deploy: ## manage.py check --deploy with the production profile
 	@bash scripts/check-deploy

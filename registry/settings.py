@@ -267,9 +267,10 @@ TOOLROOM_HEARTBEAT_STALE_SECONDS: float = env.float(
 TOOLROOM_QUEUES_WATCHED: list[str] = env.list(
     "TOOLROOM_QUEUES_WATCHED", default=["toolroom", "discovery", "runtime"]
 )
-# Discovery runs (registry/servers/discovery.py): a worker holds a run under a lease it renews every
-# third of it; the janitor (beat, every 30 s) retries a run whose lease expired, at most this many
-# attempts in all, and sends again a task the broker has not started after the redeliver time.
+# Discovery runs (registry/servers/operations/discovery.py): a worker holds a run under a lease it
+# renews every third of it; the janitor (beat, every 30 s) retries a run whose lease expired, at
+# most this many attempts in all, and sends again a task the broker has not started after the
+# redeliver time.
 TOOLROOM_DISCOVERY_LEASE_SECONDS: float = env.float("TOOLROOM_DISCOVERY_LEASE_SECONDS", default=60)
 TOOLROOM_DISCOVERY_MAX_ATTEMPTS: int = env.int("TOOLROOM_DISCOVERY_MAX_ATTEMPTS", default=3)
 TOOLROOM_DISCOVERY_REDELIVER_SECONDS: float = env.float(

@@ -7,16 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import pytest
 from django.conf import settings
 from django.db import connection
+
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,18 +29,6 @@ def database_url() -> str:
     host = db.get("HOST") or "127.0.0.1"
     port = f":{db['PORT']}" if db.get("PORT") else ""
     return f"postgres://{user}{password}@{host}{port}/{db['NAME']}"
-
-
-def wait_for(
-    condition: Callable[[], Any], *, timeout: float, what: str, log: Path | None = None
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
-    raise AssertionError(f"timed out waiting for {what}\n--- worker log ---\n{tail}")
 
 
 class CeleryWorker:

@@ -88,12 +88,51 @@ def _check_process_hygiene(session, reporter):
 
 @pytest.fixture
 def anyio_backend():
+    """The anyio tests run on asyncio (what the workers and the gateway run on)."""
     return "asyncio"
+
+
+class Clock:
+    """Wall-clock time that a test moves forward: `time.time()` and `timezone.now()` read it.
+
+    For expiry windows (a grant or token valid for one more second): `clock.advance(2)` instead
+    of sleeping past them. Monotonic time (timeouts, circuits) is left alone.
+    """
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    moved = Clock()
+    real_time, real_now = time.time, timezone.now
+    monkeypatch.setattr(time, "time", lambda: real_time() + moved.offset)
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=moved.offset))
+    return moved
 
 
 # --- Teams, agents, a real Redis cache (the catalogue's tests) ----------------------------------
 
 CATALOGUE_REDIS_URL = os.environ.get("TOOLROOM_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+@pytest.fixture
+def team(charlie):
+    """Team alpha, with charlie as its one member."""
+    from registry.teams import services
+    from tests.factories import TeamFactory
+
+    alpha = TeamFactory(slug="alpha")
+    services.team_member_set(actor="test", team=alpha, user=charlie)
+    return alpha
 
 
 @pytest.fixture
@@ -146,3 +185,28 @@ def api_client():
     from rest_framework.test import APIClient
 
     return APIClient()
+
+
+# --- The sandbox: a real Docker engine and the test images ---------------------------------------
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """The Docker engine (scripts/ensure-docker starts it); the tests fail without one."""
+    from workers.adapters.sandbox import EngineUnavailableError, connect_engine
+
+    try:
+        client = connect_engine()
+    except EngineUnavailableError as exc:
+        pytest.fail(f"The sandbox tests need a Docker engine: {exc.message}", pytrace=False)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def images(engine):
+    """The base, proxy and test-server images: built the first time (a few minutes), found after
+    that (tests/sandbox_images.py)."""
+    from tests.sandbox_images import ensure_test_images
+
+    return ensure_test_images(engine, say=lambda _line: None)

@@ -52,7 +52,6 @@ def load_corpus() -> list[McpServer]:
     """
     from django.db.models import F
 
-    from registry.servers import tool_sync
     from registry.servers.models import (
         ApprovalState,
         Category,
@@ -60,6 +59,7 @@ def load_corpus() -> list[McpServer]:
         ReviewStatus,
         Tool,
     )
+    from registry.servers.vetting import tool_sync
 
     servers = []
     for spec in corpus_servers():

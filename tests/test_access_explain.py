@@ -26,8 +26,8 @@ from registry.gateway import calls as checks
 from registry.gateway.calls import call_check
 from registry.gateway.services import server_circuit_trip, server_gateway_policy_set
 from registry.servers import services as server_services
-from registry.servers import tool_sync
 from registry.servers.models import Health, Tool
+from registry.servers.vetting import tool_sync
 from registry.teams import services as team_services
 from registry.teams.models import Grant
 from registry.teams.tokens import token_authenticate

@@ -32,7 +32,6 @@ from registry.gateway.calls import call_check, conversation_mark_private_data
 from registry.gateway.models import GatewayMode
 from registry.gateway.services import server_gateway_policy_set
 from registry.servers import services as server_services
-from registry.servers import tool_sync
 from registry.servers.models import (
     CircuitState,
     Health,
@@ -43,6 +42,7 @@ from registry.servers.models import (
     Transport,
 )
 from registry.servers.policy import TrustTier
+from registry.servers.vetting import tool_sync
 from registry.teams import services
 from registry.teams.models import Grant
 from registry.teams.tokens import token_authenticate

@@ -8,9 +8,10 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from registry.servers import services, tool_sync
-from registry.servers.health import HealthResult, health_record
+from registry.servers import services
 from registry.servers.models import DiscoveryRun, HealthSample, McpServer, Tool
+from registry.servers.operations.health import HealthResult, health_record
+from registry.servers.vetting import tool_sync
 from tests.factories import McpServerFactory, tool_definition
 
 pytestmark = pytest.mark.django_db

@@ -7,8 +7,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from registry.servers import tool_sync
 from registry.servers.models import ReviewStatus
+from registry.servers.vetting import tool_sync
 from tests.factories import McpServerFactory, tool_definition
 
 pytestmark = pytest.mark.django_db

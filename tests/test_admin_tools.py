@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from registry.servers import services, tool_sync
+from registry.servers import services
 from registry.servers.models import ApprovalState, Tool, ToolApproval
+from registry.servers.vetting import tool_sync
 from tests.factories import McpServerFactory, ToolFactory, tool_definition
 
 pytestmark = pytest.mark.django_db

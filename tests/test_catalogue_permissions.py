@@ -18,9 +18,9 @@ from rest_framework.test import APIClient
 
 from registry.catalogue.naming import namespaced_tool_name
 from registry.servers import services as server_services
-from registry.servers import tool_sync
 from registry.servers.models import Health, McpServer, ServerStatus, Tool, Transport
 from registry.servers.policy import TrustTier
+from registry.servers.vetting import tool_sync
 from registry.teams import services
 from registry.teams.models import Grant
 from tests.catalogue_helpers import CONNECT, READ, WRITE

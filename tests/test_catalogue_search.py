@@ -16,9 +16,9 @@ from rest_framework.test import APIClient
 from registry.catalogue.search import catalogue_search_forget
 from registry.search.models import ToolSearchEntry
 from registry.servers import services as server_services
-from registry.servers import tool_sync
 from registry.servers.models import McpServer, Tool, Transport
 from registry.servers.policy import TrustTier
+from registry.servers.vetting import tool_sync
 from registry.teams import services
 from tests.factories import tool_definition
 from tests.test_catalogue_permissions import (

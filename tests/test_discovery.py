@@ -215,3 +215,32 @@ def test_it_discovers_an_npm_server_on_the_older_protocol(server_everything):  #
     assert run.summary["protocol_version"] == "2025-11-25"
     assert server.tools.filter(name="echo").exists()
     assert server.prompts.exists()
+
+
+def test_the_schedule_requests_approved_servers_not_discovered_for_six_hours():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from registry.servers.models import DiscoveryRun
+    from registry.servers.operations.discovery import discovery_request_stale
+
+    McpServerFactory(slug="never", review_status="approved")
+    stale = McpServerFactory(slug="stale", review_status="approved")
+    fresh = McpServerFactory(slug="fresh", review_status="approved")
+    McpServerFactory(slug="draft")
+    now = timezone.now()
+    ServerStatus.objects.update_or_create(
+        server=stale, defaults={"last_discovered_at": now - timedelta(hours=7)}
+    )
+    ServerStatus.objects.update_or_create(
+        server=fresh, defaults={"last_discovered_at": now - timedelta(hours=5)}
+    )
+
+    assert discovery_request_stale(actor="system:schedule") == 2
+
+    requested = DiscoveryRun.objects.values_list("server__slug", "trigger", "requested_by")
+    assert sorted(requested) == [
+        ("never", "schedule", "system:schedule"),
+        ("stale", "schedule", "system:schedule"),
+    ]

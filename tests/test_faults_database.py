@@ -17,8 +17,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.celery_worker import wait_for
 from tests.mcp_fixtures import free_port, wait_for_port
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.any_database
 
 REPO = Path(__file__).resolve().parent.parent
 POSTGRES = os.environ.get("TOOLROOM_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432")

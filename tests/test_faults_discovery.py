@@ -18,18 +18,19 @@ from registry.audit.models import AuditEvent
 from registry.core import task_queue
 from registry.core.models import ProcessHeartbeat
 from registry.servers import services
-from registry.servers.discovery import (
+from registry.servers.models import DiscoveryRun, DiscoveryStatus, McpServer
+from registry.servers.operations.discovery import (
     discovery_claim,
     discovery_janitor,
     discovery_request,
     discovery_runs_stuck,
 )
-from registry.servers.models import DiscoveryRun, DiscoveryStatus, McpServer
-from tests.celery_worker import CeleryWorker, wait_for
+from tests.celery_worker import CeleryWorker
 from tests.mcp_fixtures import scenario_argv
 from tests.owned_redis import OwnedRedis
+from tests.waiting import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers]
 
 
 def _server(slug: str, *flags: str) -> McpServer:

@@ -17,14 +17,18 @@ from django.utils import timezone
 
 from registry.audit.models import AuditEvent
 from registry.servers.models import RuntimeState, ServerStatus
+from registry.servers.operations.runtime import (
+    runtime_claim,
+    runtime_display_state,
+    runtime_request,
+)
 from registry.servers.policy import TrustTier
-from registry.servers.runtime import runtime_claim, runtime_display_state, runtime_request
-from tests.celery_worker import wait_for
 from tests.factories import McpServerFactory
 from tests.mcp_fixtures import scenario_argv
 from tests.process_hygiene import server_processes_started_by
 from tests.sandbox_images import ensure_test_images
 from tests.test_sandbox_servers import TIME_VERSION
+from tests.waiting import wait_for
 from workers.runtime import RuntimeManager
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,6 +84,7 @@ def _running_containers_of(server) -> list[str]:
         client.close()
 
 
+@pytest.mark.containers
 def test_a_sandboxed_servers_container_killed_is_noticed_when_it_exits(manager):
     ensure_test_images(say=lambda *_: None)
     server = _warm_sandboxed_time_server()

@@ -9,10 +9,11 @@ import pytest
 from registry.core import task_queue
 from registry.servers import services
 from registry.servers.models import DiscoveryRun, DiscoveryStatus, Health, ServerStatus
-from tests.celery_worker import CeleryWorker, wait_for
+from tests.celery_worker import CeleryWorker
 from tests.mcp_fixtures import scenario_argv
+from tests.waiting import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers]
 
 
 def _server(slug: str, *flags: str):

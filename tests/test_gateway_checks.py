@@ -125,7 +125,7 @@ def test_the_gateway_mode_decides_which_runtimes_are_kept_warm(committed):
     from registry.gateway.models import ServerGatewayPolicy
     from registry.gateway.runtimes import server_runtime_demand
     from registry.servers.models import ServerStatus
-    from registry.servers.runtime import runtime_reconcile_plan
+    from registry.servers.operations.runtime import runtime_reconcile_plan
     from tests.factories import McpServerFactory
 
     runtimes._demand_written.clear()  # the write throttle is per process; ids repeat

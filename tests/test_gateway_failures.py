@@ -17,7 +17,6 @@ from tests.factories import (
     AgentTokenFactory,
     GrantFactory,
     McpServerFactory,
-    TeamFactory,
     ToolFactory,
 )
 from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client, text_of
@@ -35,11 +34,6 @@ def gateway():
     running = RunningGateway()
     yield running
     running.stop()
-
-
-@pytest.fixture
-def team():
-    return TeamFactory(slug="alpha")
 
 
 @pytest.fixture

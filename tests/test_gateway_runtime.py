@@ -96,12 +96,13 @@ def test_a_stdio_server_starts_on_demand_and_keeps_each_team_apart(
     assert shared == ["one"]
 
 
+@pytest.mark.containers
 def test_a_sandboxed_server_is_called_through_the_gateway(gateway):
     """The published mcp-server-time in a sandboxed container, held warm by a runtime manager
     (in this process), called by an agent through the gateway and the private endpoint."""
     import json
 
-    from registry.servers.runtime import runtime_request
+    from registry.servers.operations.runtime import runtime_request
     from tests.sandbox_images import ensure_test_images
     from tests.test_sandbox_servers import TIME_VERSION
     from workers.runtime import RuntimeManager

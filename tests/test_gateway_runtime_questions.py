@@ -12,7 +12,7 @@ import pytest
 from registry.gateway.services import server_gateway_policy_set
 from registry.servers import services as server_services
 from registry.servers.models import Tool
-from registry.servers.runtime import runtime_request
+from registry.servers.operations.runtime import runtime_request
 from tests.discovery_helpers import discover_inline
 from tests.factories import AgentTokenFactory, GrantFactory, McpServerFactory, TeamFactory
 from tests.gateway_helpers import gateway_client, text_of

@@ -9,15 +9,15 @@ import pytest
 from django.utils import timezone
 
 from registry.audit.models import AuditEvent
-from registry.servers.health import (
+from registry.servers.models import CircuitState, Health, HealthSample, ServerStatus
+from registry.servers.operations.health import (
     HealthResult,
     health_claim_due,
     health_history_prune,
     health_record,
     server_uptime,
 )
-from registry.servers.launch import server_launch_plan
-from registry.servers.models import CircuitState, Health, HealthSample, ServerStatus
+from registry.servers.operations.launch import server_launch_plan
 from tests.catalogue_helpers import visibility_changes
 from tests.factories import McpServerFactory
 from tests.mcp_fixtures import (

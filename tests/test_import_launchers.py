@@ -295,6 +295,7 @@ def test_export_writes_the_launcher_form_back_and_it_imports_unchanged(alice):
 # --- And they run in the sandbox ---------------------------------------------------------------
 
 
+@pytest.mark.containers
 @pytest.mark.django_db(transaction=True)
 def test_npx_uvx_and_docker_run_entries_are_discovered_in_the_sandbox(alice):
     images = ensure_test_images(say=lambda *_: None)

@@ -23,6 +23,8 @@ import pytest
 
 from tests.mcp_fixtures import free_port_pair
 
+pytestmark = pytest.mark.quickstart
+
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scripts" / "quickstart.py"
 

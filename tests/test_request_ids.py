@@ -10,10 +10,11 @@ import pytest
 
 from registry.core.request_ids import JsonFormatter, RequestIdFilter, request_id_bound
 from registry.servers import services
-from registry.servers.discovery import discovery_request
 from registry.servers.models import DiscoveryRun
-from tests.celery_worker import CeleryWorker, wait_for
+from registry.servers.operations.discovery import discovery_request
+from tests.celery_worker import CeleryWorker
 from tests.mcp_fixtures import scenario_argv
+from tests.waiting import wait_for
 
 
 def test_a_sane_request_id_is_kept_and_anything_else_replaced(client):
@@ -38,6 +39,7 @@ def test_json_lines_carry_the_request_id():
     assert line["level"] == "WARNING"
 
 
+@pytest.mark.workers
 @pytest.mark.django_db(transaction=True)
 def test_the_request_id_follows_into_the_tasks_it_started(tmp_path):
     log = tmp_path / "worker.log"

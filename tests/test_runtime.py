@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import time
 
 import pytest
 
 from registry.servers.models import RuntimeState, ServerStatus
-from registry.servers.runtime import runtime_claim, runtime_request
+from registry.servers.operations.runtime import runtime_claim, runtime_request
 from tests.factories import McpServerFactory
 from tests.mcp_fixtures import scenario_argv
 from tests.process_hygiene import server_processes_started_by
+from tests.waiting import wait_for
 from workers.runtime import RuntimeManager
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,15 +34,6 @@ def _warm_server(*flags, **fields):
     server = McpServerFactory(command=scenario_argv(*flags), **fields)
     runtime_request(server=server, action="start", actor="test")
     return server
-
-
-def _wait_for(condition, *, timeout=30.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _state(server):
@@ -94,7 +85,7 @@ def test_a_runtime_whose_process_dies_is_restarted(manager):
     assert not probe.ok
     # One read for both fields: two reads could see RUNNING from before the restart and its count
     # from after (a race this test once lost on PostgreSQL).
-    _wait_for(
+    wait_for(
         lambda: _restart_state(server) == (RuntimeState.RUNNING, 1),
         what="the restart",
     )
@@ -109,7 +100,7 @@ def test_it_gives_up_after_the_restart_policy_and_says_why(manager):
 
     manager.command(server.pk, "start")
 
-    _wait_for(lambda: _state(server).runtime_state == RuntimeState.FAILED, what="giving up")
+    wait_for(lambda: _state(server).runtime_state == RuntimeState.FAILED, what="giving up")
     status = _state(server)
     assert "Gave up after 1 restart(s)" in status.runtime_error
     assert "not found: /nope/mcp" in status.runtime_error
@@ -123,7 +114,7 @@ def test_stopping_ends_the_process_and_records_it(manager):
     assert manager.command(server.pk, "stop") == "stopped"
 
     assert _state(server).runtime_state == RuntimeState.STOPPED
-    _wait_for(lambda: not _my_server_processes(), timeout=10, what="the process to end")
+    wait_for(lambda: not _my_server_processes(), timeout=10, what="the process to end")
 
 
 def test_a_runtime_taken_over_elsewhere_is_stopped_here(manager):
@@ -132,8 +123,8 @@ def test_a_runtime_taken_over_elsewhere_is_stopped_here(manager):
 
     ServerStatus.objects.filter(server=server).update(runtime_owner="other@host")
 
-    _wait_for(lambda: not manager.holds(server.pk), timeout=10, what="the runtime to let go")
-    _wait_for(lambda: not _my_server_processes(), timeout=10, what="the process to end")
+    wait_for(lambda: not manager.holds(server.pk), timeout=10, what="the runtime to let go")
+    wait_for(lambda: not _my_server_processes(), timeout=10, what="the process to end")
 
 
 def test_shutting_the_manager_down_stops_every_runtime():

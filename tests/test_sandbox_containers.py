@@ -25,13 +25,12 @@ import pytest
 from mcp import Client, MCPError
 from mcp_types import CallToolResult, TextContent
 
-from tests.sandbox_images import SandboxTestImages, ensure_node_test_image, ensure_test_images
+from tests.sandbox_images import SandboxTestImages, ensure_node_test_image
 from workers.adapters.sandbox import (
     EGRESS_POOL,
     ContainerFate,
     ContainerSpec,
     EgressPool,
-    EngineUnavailableError,
     SandboxError,
     SandboxTransport,
     build_package_image,
@@ -53,30 +52,9 @@ from workers.adapters.sandbox.spec import (
     LABEL_SESSION,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.containers]
 
 HOSTILE = ["python3", "/opt/servers/hostile.py"]
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture(scope="session")
-def engine():
-    try:
-        client = connect_engine()
-    except EngineUnavailableError as exc:
-        pytest.fail(f"The sandbox tests need a Docker engine: {exc.message}", pytrace=False)
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="session")
-def images(engine) -> SandboxTestImages:
-    """Built the first time (a few minutes), found after that."""
-    return ensure_test_images(engine, say=lambda _line: None)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from mcp import Client
 
 from registry.core import task_queue
 from registry.servers.models import DiscoveryRun, SandboxPreparation
-from registry.servers.sandbox_preparation import (
+from registry.servers.operations.sandbox_preparation import (
     FIX_COMMAND,
     sandbox_needs,
     sandbox_preparation_record,
@@ -78,6 +78,7 @@ def test_without_an_engine_each_sandboxed_page_says_so_once_with_the_fix(
     assert FIX_COMMAND in fleet
 
 
+@pytest.mark.containers
 def test_with_the_images_on_the_engine_it_is_ready_and_discovers_the_servers(client, alice):
     # The images exist (built once, reused); building them is what ensure_* and the image
     # tests exercise. Here: nothing missing means no build, state ready, discoveries requested.

@@ -22,11 +22,6 @@ from workers.adapters.sandbox.egress_proxy import Allowlist, Proxy, Refused, for
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
 class Recorder(http.server.BaseHTTPRequestHandler):
     seen: list[dict[str, str]] = []
 

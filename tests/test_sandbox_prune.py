@@ -18,19 +18,12 @@ from django.core.management import call_command
 from registry.audit.services import audit_record
 from registry.servers.models import ServerStatus
 from tests.factories import McpServerFactory
-from workers.adapters.sandbox import BASE_IMAGE, build_base_image, connect_engine
+from workers.adapters.sandbox import BASE_IMAGE, build_base_image
 from workers.sandbox_pruning import sandbox_images_prune
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.containers]
 
 MEGABYTE = 1024 * 1024
-
-
-@pytest.fixture
-def engine():
-    client = connect_engine()
-    yield client
-    client.close()
 
 
 @pytest.fixture

@@ -7,26 +7,19 @@ import docker
 import pytest
 
 from registry.servers import services
-from registry.servers.health import health_record
-from registry.servers.launch import server_launch_plan
 from registry.servers.models import Health, RuntimeState, ServerStatus
+from registry.servers.operations.health import health_record
+from registry.servers.operations.launch import server_launch_plan
+from registry.servers.operations.runtime import runtime_request
 from registry.servers.policy import TrustTier
-from registry.servers.runtime import runtime_request
 from tests.discovery_helpers import discover_inline
 from tests.factories import McpServerFactory
-from tests.sandbox_images import ensure_test_images
 from workers.health import check_plans
 from workers.runtime import RuntimeManager
 
+pytestmark = pytest.mark.containers
+
 TIME_VERSION = "2026.10.19"
-
-
-@pytest.fixture(scope="module")
-def images():
-    try:
-        return ensure_test_images(say=lambda *_: None)
-    except Exception as exc:  # pragma: no cover - the message is the point
-        pytest.fail(f"The sandbox tests need a Docker engine and the test images: {exc}")
 
 
 def _sandboxed(**fields):

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from registry.servers import scanner
-from registry.servers.scanner import (
+from registry.servers.vetting import scanner
+from registry.servers.vetting.scanner import (
     MAX_DESCRIPTION_CHARS,
     MAX_EXCERPT_CHARS,
     MAX_SCHEMA_BYTES,

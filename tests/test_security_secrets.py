@@ -9,8 +9,6 @@ from django.urls import reverse
 from registry.audit.models import AuditEvent
 from registry.core.secret_fields import MASK, mask_secret
 from registry.servers import services
-from registry.servers.discovery import DiscoveryOutcome, discovery_record, discovery_request
-from registry.servers.health import HealthResult, health_record
 from registry.servers.models import (
     DiscoveryRun,
     McpServer,
@@ -18,6 +16,12 @@ from registry.servers.models import (
     ServerStatus,
     Transport,
 )
+from registry.servers.operations.discovery import (
+    DiscoveryOutcome,
+    discovery_record,
+    discovery_request,
+)
+from registry.servers.operations.health import HealthResult, health_record
 from registry.servers.policy import Isolation, TrustTier
 from tests.factories import McpServerFactory
 

@@ -7,11 +7,15 @@ from __future__ import annotations
 import pytest
 
 from registry.servers import services
-from registry.servers.discovery import DiscoveryOutcome, discovery_record, discovery_request
 from registry.servers.models import DiscoveryRun, PermissionClass, Tool
+from registry.servers.operations.discovery import (
+    DiscoveryOutcome,
+    discovery_record,
+    discovery_request,
+)
 from registry.servers.policy import Isolation, TrustTier
-from registry.servers.scanner import scan_text, scan_tool_definition
 from registry.servers.tool_definitions import derive_permission_class
+from registry.servers.vetting.scanner import scan_text, scan_tool_definition
 from tests.factories import McpServerFactory
 
 pytestmark = pytest.mark.django_db

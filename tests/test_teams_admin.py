@@ -12,16 +12,9 @@ from django.utils import timezone
 from registry.teams import services
 from registry.teams.models import AccessRequest, AgentToken, Grant, Team
 from tests.catalogue_helpers import READ, approved_server
-from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory, ToolFactory
+from tests.factories import AgentTokenFactory, GrantFactory, ToolFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("redis_cache")]
-
-
-@pytest.fixture
-def team(charlie):
-    team = TeamFactory(slug="alpha")
-    services.team_member_set(actor="test", team=team, user=charlie)
-    return team
 
 
 def test_the_team_page_shows_members_grants_agents_and_requests(client, alice, team, charlie):

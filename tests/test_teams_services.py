@@ -23,13 +23,6 @@ from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory, ToolFa
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def team(charlie):
-    team = TeamFactory(slug="alpha")
-    services.team_member_set(actor="test", team=team, user=charlie)
-    return team
-
-
 def test_it_backs_a_team_with_a_group_and_guardian_permissions(team, charlie, dave):
     assert team.group.name == "team:alpha"
     assert list(teams_for_user(charlie, "view")) == [team]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from registry.audit.models import AuditEvent
-from registry.servers import services, tool_sync
+from registry.servers import services
 from registry.servers.models import ApprovalEndReason, ApprovalState, Tool, ToolApproval
 from registry.servers.selectors import approved_tools, tool_definition_diff
+from registry.servers.vetting import tool_sync
 from tests.catalogue_helpers import visibility_changes
 from tests.factories import McpServerFactory, tool_definition
 

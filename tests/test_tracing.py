@@ -20,7 +20,7 @@ from registry.core import tracing
 from registry.gateway.services import server_gateway_policy_set
 from registry.servers import services as server_services
 from registry.servers.models import Tool
-from registry.servers.runtime import runtime_request
+from registry.servers.operations.runtime import runtime_request
 from tests.celery_worker import CeleryWorker
 from tests.discovery_helpers import discover_inline
 from tests.factories import AgentTokenFactory, GrantFactory, McpServerFactory, TeamFactory
@@ -177,6 +177,7 @@ def test_a_call_through_a_runtime_worker_continues_the_gateways_trace(traced):
     assert (gateway_span.name, gateway_span.trace_id) == ("gateway tools/call", trace_id)
 
 
+@pytest.mark.workers
 @pytest.mark.django_db(transaction=True)
 def test_a_task_is_traced_where_it_is_sent_and_where_a_worker_runs_it(traced, tmp_path):
     """The discovery a new server asks for: sent from this process, run by a real Celery worker

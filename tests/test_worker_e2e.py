@@ -14,8 +14,6 @@ from django.conf import settings
 
 from registry.core import task_queue
 from registry.servers import services
-from registry.servers.discovery import discovery_request
-from registry.servers.health import health_request
 from registry.servers.models import (
     DiscoveryRun,
     DiscoveryStatus,
@@ -24,14 +22,15 @@ from registry.servers.models import (
     RuntimeState,
     ServerStatus,
 )
-from registry.servers.runtime import runtime_display_state, runtime_request
-from tests.celery_worker import CeleryWorker, wait_for
+from registry.servers.operations.discovery import discovery_request
+from registry.servers.operations.health import health_request
+from registry.servers.operations.runtime import runtime_display_state, runtime_request
+from tests.celery_worker import CeleryWorker
 from tests.mcp_fixtures import scenario_argv
 from tests.process_hygiene import server_processes_started_by
+from tests.waiting import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-_wait_for = wait_for
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers]
 
 
 @pytest.fixture
@@ -61,7 +60,7 @@ def test_a_worker_discovers_checks_and_holds_a_server_warm(worker):
     )
 
     # Registering a server asks for a discovery; the worker does it.
-    _wait_for(
+    wait_for(
         lambda: DiscoveryRun.objects.filter(server=server, status="succeeded").exists(),
         timeout=60,
         what="the discovery",
@@ -73,13 +72,13 @@ def test_a_worker_discovers_checks_and_holds_a_server_warm(worker):
     services.server_submit_for_review(actor="test", server=server)
     services.server_approve(actor="test", server=server)
     task_queue.send_now(task_queue.HEALTH_SWEEP)
-    _wait_for(
+    wait_for(
         lambda: _status(server).health == Health.HEALTHY, timeout=60, what="a health check", log=log
     )
 
     # Kept warm: the runtime worker holds it, probes and discovery go through the warm session.
     runtime_request(server=server, action="start", actor="test")
-    _wait_for(
+    wait_for(
         lambda: _status(server).runtime_state == RuntimeState.RUNNING,
         timeout=60,
         what="the warm runtime",
@@ -88,14 +87,14 @@ def test_a_worker_discovers_checks_and_holds_a_server_warm(worker):
     assert _status(server).runtime_owner == worker["node"]
     samples_before = HealthSample.objects.filter(server=server).count()
     health_request(servers=[server], actor="test")
-    _wait_for(
+    wait_for(
         lambda: HealthSample.objects.filter(server=server).count() > samples_before,
         timeout=30,
         what="the warm probe",
         log=log,
     )
     run = discovery_request(server=server, actor="test", trigger="test")
-    _wait_for(
+    wait_for(
         lambda: DiscoveryRun.objects.get(pk=run.pk).status == DiscoveryStatus.SUCCEEDED,
         timeout=30,
         what="the warm discovery",
@@ -125,7 +124,7 @@ def test_a_killed_worker_takes_its_servers_with_it(worker):
     services.server_submit_for_review(actor="test", server=server)
     services.server_approve(actor="test", server=server)
     runtime_request(server=server, action="start", actor="test")
-    _wait_for(
+    wait_for(
         lambda: _status(server).runtime_state == RuntimeState.RUNNING,
         timeout=60,
         what="the warm runtime",
@@ -140,14 +139,14 @@ def test_a_killed_worker_takes_its_servers_with_it(worker):
 
     # Status says so within seconds (TOOLROOM_RUNTIME_OWNER_LOST_SECONDS), not "running" for the
     # minute until another worker may take the claim over.
-    _wait_for(
+    wait_for(
         lambda: runtime_display_state(_status(server)) == "owner lost",
         timeout=settings.TOOLROOM_RUNTIME_OWNER_LOST_SECONDS + 10,
         what='"owner lost"',
     )
 
     # The kernel ends the server with its parent (parent-death signal), not a clean-up later.
-    _wait_for(
+    wait_for(
         lambda: not server_processes_started_by({tag}),
         timeout=10,
         what="the orphaned server to die",

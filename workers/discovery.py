@@ -14,58 +14,19 @@ import anyio
 from django.conf import settings
 from django.db import close_old_connections
 
-from registry.servers.discovery import (
+from registry.servers.operations.discovery import (
     DiscoveryOutcome,
     discovery_claim,
     discovery_lease_renew,
     discovery_record,
 )
-from registry.servers.launch import LaunchPlan, server_launch_plan
-from workers.adapters.mcp_client import McpConnection, McpFailure, connect, elapsed_ms
+from registry.servers.operations.launch import LaunchPlan, server_launch_plan
+from workers.adapters.mcp_client import McpFailure, connect, elapsed_ms
 from workers.launch import discovery_deadlines, target_for
-from workers.runtime_host import current_manager
+from workers.listing import failed_outcome, list_everything
+from workers.runtime import warm_holder
 
 logger = logging.getLogger(__name__)
-
-
-async def list_everything(
-    connection: McpConnection, *, timings: dict[str, float], via: str
-) -> DiscoveryOutcome:
-    """List tools, resources and prompts on an open session."""
-    start = time.perf_counter()
-    tools = await connection.list_tools()
-    timings["list_tools"] = elapsed_ms(start)
-    start = time.perf_counter()
-    resources = await connection.list_resources()
-    timings["list_resources"] = elapsed_ms(start)
-    start = time.perf_counter()
-    prompts = await connection.list_prompts()
-    timings["list_prompts"] = elapsed_ms(start)
-    identity = connection.identity
-    return DiscoveryOutcome(
-        ok=True,
-        protocol_version=identity.protocol_version,
-        server_info=identity.server_info,
-        capabilities=identity.capabilities,
-        instructions=identity.instructions,
-        tools=tools,
-        resources=resources,
-        prompts=prompts,
-        timings_ms=timings,
-        stderr_tail=connection.stderr_tail(),
-        via=via,
-    )
-
-
-def failed_outcome(failure: McpFailure, *, timings: dict[str, float], via: str) -> DiscoveryOutcome:
-    return DiscoveryOutcome(
-        ok=False,
-        error=failure.describe(),
-        error_kind=failure.kind,
-        stderr_tail=failure.stderr_tail,
-        timings_ms=timings,
-        via=via,
-    )
 
 
 async def discover_plan(plan: LaunchPlan) -> DiscoveryOutcome:
@@ -119,8 +80,8 @@ def run_discovery(run_id: int) -> None:
         return
     with discovery_lease_kept(run.pk):
         plan = server_launch_plan(server=run.server)
-        manager = current_manager()
-        if manager is not None and manager.holds(plan.server_id):
+        manager = warm_holder(plan.server_id)
+        if manager is not None:
             outcome = manager.discover(plan.server_id)
         else:
             outcome = anyio.run(discover_plan, plan)

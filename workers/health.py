@@ -7,9 +7,9 @@ import time
 import anyio
 from django.conf import settings
 
-from registry.servers.health import HealthResult, health_record
-from registry.servers.launch import LaunchPlan, server_launch_plan
 from registry.servers.models import McpServer
+from registry.servers.operations.health import HealthResult, health_record
+from registry.servers.operations.launch import LaunchPlan, server_launch_plan
 from workers.adapters.mcp_client import (
     McpConnection,
     McpFailure,

@@ -14,7 +14,7 @@ import shutil
 import socket
 from functools import cache
 
-from registry.servers.launch import LaunchPlan
+from registry.servers.operations.launch import LaunchPlan
 from workers.adapters.mcp_client import Deadlines, HttpTarget, McpFailure, StdioTarget, Target
 from workers.sandboxing import sandbox_target
 

@@ -24,7 +24,7 @@ from celery.signals import (
 from registry.core import task_queue
 from registry.core.models import ProcessKind
 from registry.core.request_ids import TASK_HEADER, current_request_id
-from registry.servers.runtime import runtime_forget_owner
+from registry.servers.operations.runtime import runtime_forget_owner
 from workers.heartbeat import heartbeat_start, heartbeat_stop, sandbox_state
 from workers.janitor import kill_orphans
 from workers.runtime import start_manager, stop_manager

@@ -31,11 +31,11 @@ from registry.gateway.runtimes import (
     runtime_endpoint_secret,
     server_runtime_wanted,
 )
-from registry.servers.discovery import DiscoveryOutcome
-from registry.servers.health import HealthResult
-from registry.servers.launch import LaunchPlan, server_launch_plan
 from registry.servers.models import McpServer, RuntimeState
-from registry.servers.runtime import runtime_claim, runtime_heartbeat, runtime_report
+from registry.servers.operations.discovery import DiscoveryOutcome
+from registry.servers.operations.health import HealthResult
+from registry.servers.operations.launch import LaunchPlan, server_launch_plan
+from registry.servers.operations.runtime import runtime_claim, runtime_heartbeat, runtime_report
 from workers.adapters.mcp_client import (
     Asker,
     Deadlines,
@@ -44,11 +44,10 @@ from workers.adapters.mcp_client import (
     connect,
     elapsed_ms,
 )
-from workers.discovery import failed_outcome, list_everything
 from workers.health import probe
 from workers.launch import target_for
+from workers.listing import failed_outcome, list_everything
 from workers.runtime_endpoint import RuntimeEndpoint
-from workers.runtime_host import current_manager, set_manager
 from workers.session_pool import UpstreamPool
 
 logger = logging.getLogger(__name__)
@@ -545,6 +544,26 @@ class RuntimeManager:
 
     async def _probe_batch(self, server_ids: list[int]) -> list[HealthResult]:
         return list(await asyncio.gather(*(self._probe_one(pk) for pk in server_ids)))
+
+
+# Which RuntimeManager this process runs, if it is a runtime worker (set at worker start).
+_manager: RuntimeManager | None = None
+
+
+def current_manager() -> RuntimeManager | None:
+    return _manager
+
+
+def set_manager(manager: RuntimeManager | None) -> None:
+    global _manager  # noqa: PLW0603 - one manager per runtime worker process
+    _manager = manager
+
+
+def warm_holder(server_id: int) -> RuntimeManager | None:
+    """The one place that routes work on a server warm or cold: this process's manager if it
+    holds the server warm (use its session), else None (open a session of one's own)."""
+    manager = _manager
+    return manager if manager is not None and manager.holds(server_id) else None
 
 
 def start_manager(owner: str) -> RuntimeManager:

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable
 
 from registry.servers.models import SandboxPreparationState
-from registry.servers.sandbox_preparation import (
+from registry.servers.operations.sandbox_preparation import (
     FIX_COMMAND,
     sandbox_needs,
     sandbox_preparation_record,

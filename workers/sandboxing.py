@@ -28,9 +28,9 @@ from registry.servers.importing.launchers import (
     is_launcher,
     launcher_parse,
 )
-from registry.servers.launch import LaunchPlan
-from registry.servers.runtime import server_sandbox_image_record
-from registry.servers.sandbox_preparation import sandbox_egress_allowlists
+from registry.servers.operations.launch import LaunchPlan
+from registry.servers.operations.runtime import server_sandbox_image_record
+from registry.servers.operations.sandbox_preparation import sandbox_egress_allowlists
 from workers.adapters.mcp_client import McpFailure, TransportTarget
 from workers.adapters.sandbox import (
     BASE_IMAGE,

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
-from registry.servers.launch import LaunchPlan
+from registry.servers.operations.launch import LaunchPlan
 from workers.adapters.mcp_client import (
     Deadlines,
     HttpTarget,

@@ -6,12 +6,10 @@ Task names are the ones the control plane sends (registry/core/task_queue.py).
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import OperationalError
-from django.utils import timezone
 
 from registry.core import task_queue
 from registry.gateway.services import tool_calls_prune
@@ -21,21 +19,20 @@ from registry.notifications.services import (
     access_request_email_send,
     webhook_delivery_attempt,
 )
-from registry.servers.discovery import discovery_janitor, discovery_request
-from registry.servers.health import (
+from registry.servers.operations.discovery import discovery_janitor, discovery_request_stale
+from registry.servers.operations.health import (
     health_claim_due,
     health_dispatch,
     health_history_prune,
     health_record,
 )
-from registry.servers.models import McpServer, ReviewStatus
-from registry.servers.runtime import runtime_reconcile_plan
+from registry.servers.operations.runtime import runtime_reconcile_plan
 from workers import lifecycle  # noqa: F401 - connects the worker start/stop hooks
 from workers.adapters.sandbox import SandboxError
 from workers.celery import app
 from workers.discovery import run_discovery
 from workers.health import run_health_batch
-from workers.runtime_host import current_manager
+from workers.runtime import current_manager, warm_holder
 from workers.sandbox_pruning import describe_bytes, sandbox_images_prune
 from workers.sandboxing import clean_up_stale_egress
 
@@ -43,7 +40,6 @@ logger = logging.getLogger(__name__)
 
 # Database hiccups (a lock, a restarted server) are worth a retry; anything else is a bug.
 RETRYABLE = (OperationalError,)
-DISCOVERY_MAX_AGE = timedelta(hours=6)
 
 
 @app.task(
@@ -74,7 +70,7 @@ def health_check_batch(server_ids: list[int]) -> int:
 @app.task(name=task_queue.RUNTIME_PROBE_BATCH, autoretry_for=RETRYABLE, max_retries=2)
 def runtime_probe_batch(server_ids: list[int]) -> int:
     manager = current_manager()
-    held = [pk for pk in server_ids if manager is not None and manager.holds(pk)]
+    held = [pk for pk in server_ids if warm_holder(pk) is not None]
     cold = [pk for pk in server_ids if pk not in held]
     if held and manager is not None:
         health_record(results=manager.probe_batch(held))
@@ -122,15 +118,7 @@ def discovery_janitor_task() -> dict[str, int]:
 @app.task(name=task_queue.DISCOVERY_SCHEDULE)
 def discovery_schedule() -> int:
     """Re-discover approved servers not discovered for a while (catches rug pulls)."""
-    cutoff = timezone.now() - DISCOVERY_MAX_AGE
-    servers = McpServer.objects.filter(review_status=ReviewStatus.APPROVED).exclude(
-        status__last_discovered_at__gte=cutoff
-    )
-    count = 0
-    for server in servers:
-        discovery_request(server=server, actor="system:schedule", trigger="schedule")
-        count += 1
-    return count
+    return discovery_request_stale(actor="system:schedule")
 
 
 @app.task(name=task_queue.HEALTH_HISTORY_PRUNE)

@@ -83,13 +83,13 @@ def setup_world(http_url: str, stdio_argv: list[str], sandbox_image: str | None)
     """Servers discovered and approved, a team granted them, an agent token (printed once)."""
     from registry.gateway.services import server_gateway_policy_set  # noqa: PLC0415
     from registry.servers import services as servers  # noqa: PLC0415
-    from registry.servers.discovery import (  # noqa: PLC0415
+    from registry.servers.models import Tool  # noqa: PLC0415
+    from registry.servers.operations.discovery import (  # noqa: PLC0415
         discovery_claim,
         discovery_record,
         discovery_request,
     )
-    from registry.servers.launch import server_launch_plan  # noqa: PLC0415
-    from registry.servers.models import Tool  # noqa: PLC0415
+    from registry.servers.operations.launch import server_launch_plan  # noqa: PLC0415
     from registry.teams.services import (  # noqa: PLC0415
         agent_token_create,
         grant_create,

@@ -105,14 +105,14 @@ class FleetCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         from registry.core.models import ProcessHeartbeat  # noqa: PLC0415
         from registry.core.readiness import readiness_report  # noqa: PLC0415
-        from registry.servers.discovery import discovery_runs_stuck  # noqa: PLC0415
         from registry.servers.models import (  # noqa: PLC0415
             DiscoveryRun,
             McpServer,
             ReviewStatus,
             ServerStatus,
         )
-        from registry.servers.runtime import runtime_display_state  # noqa: PLC0415
+        from registry.servers.operations.discovery import discovery_runs_stuck  # noqa: PLC0415
+        from registry.servers.operations.runtime import runtime_display_state  # noqa: PLC0415
         from registry.teams.models import AccessRequest  # noqa: PLC0415
 
         now = timezone.now()

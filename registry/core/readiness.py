@@ -130,7 +130,7 @@ def _docker() -> dict[str, Any]:
 
 
 def _discovery() -> dict[str, Any]:
-    from registry.servers.discovery import discovery_runs_stuck  # noqa: PLC0415
+    from registry.servers.operations.discovery import discovery_runs_stuck  # noqa: PLC0415
 
     stuck = discovery_runs_stuck()
     return {"status": DEGRADED if stuck else OK, "stuck_runs": len(stuck)}
@@ -138,7 +138,7 @@ def _discovery() -> dict[str, Any]:
 
 def _runtimes() -> dict[str, Any]:
     from registry.servers.models import ServerStatus  # noqa: PLC0415
-    from registry.servers.runtime import runtime_display_state  # noqa: PLC0415
+    from registry.servers.operations.runtime import runtime_display_state  # noqa: PLC0415
 
     wanted = ServerStatus.objects.filter(server__auto_start=True)
     states = [runtime_display_state(status) for status in wanted]

@@ -85,7 +85,7 @@ def enqueue(
 
     A broker that is down does not fail the request that committed (`robust`: the error is
     logged): what these tasks do is remade by beat's loops (reconcile, sweeps), and discovery,
-    which must not be lost, keeps its own outbox (registry/servers/discovery.py).
+    which must not be lost, keeps its own outbox (registry/servers/operations/discovery.py).
     """
     transaction.on_commit(
         lambda: send_now(

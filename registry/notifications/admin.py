@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
 from registry.core.errors import ApplicationError
+from registry.core.service_admin import ServiceAdmin
 from registry.notifications import services
 from registry.notifications.models import WebhookDelivery, WebhookEndpoint
 
@@ -32,7 +33,7 @@ class WebhookEndpointForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class WebhookEndpointAdmin(ServiceAdmin):
     form = WebhookEndpointForm
     list_display = ["url", "team", "is_active", "description", "created_by_label", "created_at"]
     list_filter = ["is_active", "team"]
@@ -51,12 +52,12 @@ class WebhookEndpointAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             actor=request.user, url=obj.url, team=obj.team, description=obj.description
         )
         obj.pk = created.endpoint.pk
-        request._toolroom_webhook_secret = created.secret  # type: ignore[attr-defined]
+        self.hand_over(request, "secret", created.secret)
 
     def response_add(
         self, request: HttpRequest, obj: WebhookEndpoint, post_url_continue: Any = None
     ) -> HttpResponse:
-        secret = getattr(request, "_toolroom_webhook_secret", None)
+        secret = self.handed_over(request, "secret")
         if secret is None:
             return HttpResponseRedirect(request.path)
         # Shown on this page only: never in a message (cookie or session) or a log.

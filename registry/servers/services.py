@@ -20,7 +20,6 @@ from django.utils import timezone
 from registry.audit.services import Actor, actor_label, audit_record
 from registry.core import task_queue
 from registry.core.errors import ApplicationError
-from registry.servers.discovery import discovery_request
 from registry.servers.importing.launchers import LauncherError, launcher_parse
 from registry.servers.models import (
     ApprovalEndReason,
@@ -33,6 +32,8 @@ from registry.servers.models import (
     Tool,
     ToolApproval,
 )
+from registry.servers.operations.discovery import discovery_request
+from registry.servers.operations.runtime import runtime_restart_if_held
 from registry.servers.policy import (
     NETWORK_STRICTNESS,
     Isolation,
@@ -43,7 +44,6 @@ from registry.servers.policy import (
     is_trust_increase,
     tier_policy,
 )
-from registry.servers.runtime import runtime_restart_if_held
 from registry.servers.signals import announce_visibility_change
 from registry.servers.tool_definitions import derive_permission_class
 
@@ -497,11 +497,15 @@ def _raw(server: McpServer, name: str) -> Any:
 
 @dataclass(frozen=True)
 class Transition:
+    """One review decision: from which statuses, to which, and how the admin names it."""
+
     action: str
     sources: tuple[ReviewStatus, ...]
     target: ReviewStatus
     verb: str
     reason_required: bool = False
+    label: str = ""  # the decision's button in the admin
+    takes_reason: bool = True  # submitting records no note
 
 
 TRANSITIONS = {
@@ -510,12 +514,15 @@ TRANSITIONS = {
         (ReviewStatus.DRAFT, ReviewStatus.REJECTED),
         ReviewStatus.PENDING_REVIEW,
         "submitted for review",
+        label="Submit for review",
+        takes_reason=False,
     ),
     "approve": Transition(
         "approve",
         (ReviewStatus.PENDING_REVIEW, ReviewStatus.SUSPENDED),
         ReviewStatus.APPROVED,
         "approved",
+        label="Approve",
     ),
     "reject": Transition(
         "reject",
@@ -523,6 +530,7 @@ TRANSITIONS = {
         ReviewStatus.REJECTED,
         "rejected",
         reason_required=True,
+        label="Reject",
     ),
     "suspend": Transition(
         "suspend",
@@ -530,12 +538,14 @@ TRANSITIONS = {
         ReviewStatus.SUSPENDED,
         "suspended",
         reason_required=True,
+        label="Suspend",
     ),
     "retire": Transition(
         "retire",
         tuple(s for s in ReviewStatus if s != ReviewStatus.RETIRED),
         ReviewStatus.RETIRED,
         "retired",
+        label="Retire",
     ),
 }
 
@@ -603,6 +613,14 @@ def _check_approval_requirements(server: McpServer, note: str) -> None:
                 f"A {tier} server needs a vetting report from a successful discovery before it "
                 "can be approved; run discovery and read the report first."
             )
+
+
+def server_decide(*, actor: Actor, server: McpServer, action: str, reason: str = "") -> McpServer:
+    """Apply the review decision `action` (a key of TRANSITIONS); `reason` is the approval's note
+    or the reason a rejection, suspension or retirement gives."""
+    if not TRANSITIONS[action].takes_reason:
+        reason = ""
+    return _server_transition(actor=actor, server=server, action=action, reason=reason)
 
 
 def server_submit_for_review(*, actor: Actor, server: McpServer) -> McpServer:

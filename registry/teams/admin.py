@@ -7,7 +7,6 @@ easy-to-use face of guardian's object permissions: members view the team, owners
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from django import forms
@@ -23,6 +22,7 @@ from django.urls import URLPattern, path, reverse
 from registry.catalogue.explain import access_explain, tool_by_name
 from registry.core.admin_ids import object_id_or_404
 from registry.core.errors import ApplicationError
+from registry.core.service_admin import ServiceAdmin
 from registry.teams import services
 from registry.teams.models import (
     AccessRequest,
@@ -55,6 +55,10 @@ class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]
     fields = ["user", "level"]
     autocomplete_fields = ["user"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Membership]:
+        # Each row's title names the user and the team: one query, not two per row.
+        return super().get_queryset(request).select_related("user", "team")
+
 
 class TeamRoleInline(admin.TabularInline):  # type: ignore[type-arg]
     model = TeamRole
@@ -63,7 +67,7 @@ class TeamRoleInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class TeamAdmin(ServiceAdmin):
     change_form_template = "admin/teams/team/change_form.html"
     list_display = ["name", "slug", "members_count", "grants_count", "agents_count"]
     search_fields = ["name", "slug"]
@@ -100,25 +104,23 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if change and not {"name", "description"} & set(form.changed_data):
             return
         if change:
-            _try(
+            self.try_service(
                 request,
                 lambda: services.team_update(
                     actor=request.user, team=obj, name=obj.name, description=obj.description
                 ),
             )
             return
-        try:
-            created = _run(
-                request,
-                lambda: services.team_create(
-                    actor=request.user,
-                    slug=obj.slug,
-                    name=obj.name,
-                    description=obj.description,
-                ),
-            )
-        except _ServiceFailed:
-            request._toolroom_save_failed = True  # type: ignore[attr-defined]
+        created = self.run_service(
+            request,
+            lambda: services.team_create(
+                actor=request.user,
+                slug=obj.slug,
+                name=obj.name,
+                description=obj.description,
+            ),
+        )
+        if created is None:
             return
         obj.pk = created.pk
         obj.group = created.group
@@ -127,7 +129,7 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """Memberships and roles change through the services, one row at a time."""
         # The admin's change message reads these; nothing is saved by the formset itself.
         formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
-        if getattr(request, "_toolroom_save_failed", False):
+        if self.save_failed(request):
             return
         team: Team = form.instance
         for deleted_form in formset.deleted_forms:
@@ -135,7 +137,7 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             if deleted._state.adding:
                 continue
             if isinstance(deleted, Membership):
-                _try(
+                self.try_service(
                     request,
                     lambda r=deleted: services.team_member_remove(
                         actor=request.user, team=team, user=r.user
@@ -148,14 +150,14 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 continue
             row: Any = row_form.instance
             if isinstance(row, Membership):
-                _try(
+                self.try_service(
                     request,
                     lambda r=row: services.team_member_set(
                         actor=request.user, team=team, user=r.user, level=r.level
                     ),
                 )
             elif isinstance(row, TeamRole) and row._state.adding:
-                _try(
+                self.try_service(
                     request,
                     lambda r=row: services.role_create(
                         actor=request.user,
@@ -168,7 +170,7 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     ),
                 )
             elif isinstance(row, TeamRole):
-                _try(
+                self.try_service(
                     request,
                     lambda r=row, f=row_form: services.role_update(
                         actor=request.user,
@@ -176,13 +178,6 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                         changes={name: getattr(r, name) for name in f.changed_data},
                     ),
                 )
-
-    def response_add(
-        self, request: HttpRequest, obj: Team, post_url_continue: Any = None
-    ) -> HttpResponse:
-        if getattr(request, "_toolroom_save_failed", False):
-            return HttpResponseRedirect(request.path)
-        return super().response_add(request, obj, post_url_continue)
 
     def change_view(
         self,
@@ -249,11 +244,6 @@ class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         )
 
 
-def _try(request: HttpRequest, call: Any) -> None:
-    with contextlib.suppress(_ServiceFailed):
-        _run(request, call)
-
-
 def _expiry_picker() -> forms.DateTimeInput:
     """The browser's own date and time picker for expiries."""
     return forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
@@ -271,7 +261,7 @@ class RevokeForm(forms.Form):
 
 
 @admin.register(Grant)
-class GrantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class GrantAdmin(ServiceAdmin):
     form = GrantAddForm
     list_display = ["team", "server", "tool", "role", "expires_at", "granted_by", "state"]
     list_filter = ["team", "server", ("revoked_at", admin.EmptyFieldListFilter)]
@@ -297,30 +287,20 @@ class GrantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False  # revoked, never deleted: the trail stays
 
     def save_model(self, request: HttpRequest, obj: Grant, form: Any, change: bool) -> None:
-        try:
-            created = _run(
-                request,
-                lambda: services.grant_create(
-                    actor=request.user,
-                    team=obj.team,
-                    server=obj.server,
-                    tool=obj.tool,
-                    role=obj.role,
-                    expires_at=obj.expires_at,
-                    note=obj.note,
-                ),
-            )
-        except _ServiceFailed:
-            request._toolroom_save_failed = True  # type: ignore[attr-defined]
-            return
-        obj.pk = created.pk
-
-    def response_add(
-        self, request: HttpRequest, obj: Grant, post_url_continue: Any = None
-    ) -> HttpResponse:
-        if getattr(request, "_toolroom_save_failed", False):
-            return HttpResponseRedirect(request.path)
-        return super().response_add(request, obj, post_url_continue)
+        created = self.run_service(
+            request,
+            lambda: services.grant_create(
+                actor=request.user,
+                team=obj.team,
+                server=obj.server,
+                tool=obj.tool,
+                role=obj.role,
+                expires_at=obj.expires_at,
+                note=obj.note,
+            ),
+        )
+        if created is not None:
+            obj.pk = created.pk
 
     @admin.action(description="Revoke selected grants")
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Grant]) -> Any:
@@ -541,7 +521,7 @@ class AgentTokenAddForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(AgentToken)
-class AgentTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AgentTokenAdmin(ServiceAdmin):
     form = AgentTokenAddForm
     list_display = ["name", "team", "role", "prefix", "expires_at", "revoked_at", "last_used_at"]
     list_filter = ["team", ("revoked_at", admin.EmptyFieldListFilter)]
@@ -556,28 +536,26 @@ class AgentTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
     def save_model(self, request: HttpRequest, obj: AgentToken, form: Any, change: bool) -> None:
-        try:
-            created = _run(
-                request,
-                lambda: services.agent_token_create(
-                    actor=request.user,
-                    team=obj.team,
-                    role=obj.role,
-                    name=obj.name,
-                    expires_at=obj.expires_at,
-                    declared_servers=obj.declared_servers,
-                ),
-            )
-        except _ServiceFailed:
-            request._toolroom_save_failed = True  # type: ignore[attr-defined]
+        created = self.run_service(
+            request,
+            lambda: services.agent_token_create(
+                actor=request.user,
+                team=obj.team,
+                role=obj.role,
+                name=obj.name,
+                expires_at=obj.expires_at,
+                declared_servers=obj.declared_servers,
+            ),
+        )
+        if created is None:
             return
         obj.pk = created.token.pk
-        request._toolroom_new_token = created.plain  # type: ignore[attr-defined]
+        self.hand_over(request, "plain", created.plain)
 
     def response_add(
         self, request: HttpRequest, obj: AgentToken, post_url_continue: Any = None
     ) -> HttpResponse:
-        plain = getattr(request, "_toolroom_new_token", None)
+        plain = self.handed_over(request, "plain")
         if plain is None:
             return HttpResponseRedirect(request.path)
         # Shown on this page only: never put in a message (cookie or session) or a log.

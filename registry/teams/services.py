@@ -25,7 +25,6 @@ from guardian.models import GroupObjectPermission, UserObjectPermission
 from guardian.shortcuts import assign_perm, remove_perm
 
 from registry.audit.services import Actor, actor_label, audit_record
-from registry.catalogue.versions import catalogue_versions_bump_on_commit
 from registry.core.errors import ApplicationError
 from registry.servers.models import McpServer, ReviewStatus, Tool
 from registry.teams.models import (
@@ -42,6 +41,7 @@ from registry.teams.models import (
     TeamRole,
     ToolExposure,
 )
+from registry.teams.signals import announce_team_change
 from registry.teams.tokens import token_generate, token_lookup_evict_on_commit
 
 # Roles every new team starts with; a team may change or add to them.
@@ -64,7 +64,7 @@ def _full_clean(instance: Any) -> None:
 
 
 def _bump(team_ids: Iterable[int], reason: str) -> None:
-    catalogue_versions_bump_on_commit(team_ids=team_ids, reason=reason)
+    announce_team_change(team_ids=team_ids, reason=reason)
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -17,9 +17,9 @@ from django.db import connections
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from registry.servers import tool_sync
 from registry.servers.models import DiscoveryRun, DiscoveryStatus, McpServer, ReviewStatus, Tool
 from registry.servers.policy import TrustTier
+from registry.servers.vetting import tool_sync
 from registry.teams.models import AccessRequestState, Grant
 from registry.teams.services import access_request_create, team_member_set
 from tests.discovery_helpers import discover_inline

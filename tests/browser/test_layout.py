@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from registry.servers import services, tool_sync
+from registry.servers import services
 from registry.servers.models import McpServer, ReviewStatus, Tool
+from registry.servers.vetting import tool_sync
 from tests.browser.test_review_queue import _a_busy_registry
 from tests.factories import McpServerFactory, tool_definition
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from registry.servers import services, tool_sync
+from registry.servers import services
 from registry.servers.models import Health, ReviewStatus, ServerStatus
-from registry.servers.scanner import tool_findings_by_name
+from registry.servers.vetting import tool_sync
+from registry.servers.vetting.scanner import tool_findings_by_name
 from registry.teams.services import access_request_create, team_member_set
 from tests.factories import McpServerFactory, TeamFactory, UserFactory, tool_definition
 

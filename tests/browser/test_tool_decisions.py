@@ -12,9 +12,9 @@ from typing import Any
 
 from playwright.sync_api import Page, expect
 
-from registry.servers import tool_sync
 from registry.servers.models import ReviewStatus, Tool, ToolApproval
-from registry.servers.scanner import tool_findings_by_name
+from registry.servers.vetting import tool_sync
+from registry.servers.vetting.scanner import tool_findings_by_name
 from tests.factories import McpServerFactory, tool_definition
 
 POISONED = (

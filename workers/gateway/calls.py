@@ -31,8 +31,8 @@ from registry.gateway.calls import CallDecision, CallTarget
 from registry.gateway.identity import identity_token
 from registry.gateway.models import CallOutcome, IsolationScope
 from registry.gateway.services import ToolCallRecord, server_circuit_trip
-from registry.servers.launch import LaunchPlan, server_launch_plan
 from registry.servers.models import McpServer
+from registry.servers.operations.launch import LaunchPlan, server_launch_plan
 from registry.teams.tokens import AgentIdentity
 from workers.adapters.mcp_client import Asker, McpConnection, McpFailure
 from workers.gateway.masking import SecretMask

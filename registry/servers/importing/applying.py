@@ -16,13 +16,13 @@ from registry.audit.services import Actor
 from registry.core.errors import ApplicationError
 from registry.servers import services
 from registry.servers.importing.entries import ImportFileError, ImportProblem
+from registry.servers.importing.launcher_adoption import package_pin_record
 from registry.servers.importing.planning import (
     CategoryPlan,
     EntryPlan,
     ImportAction,
     ImportPlan,
 )
-from registry.servers.launcher_adoption import package_pin_record
 from registry.servers.models import Category, McpServer, ReviewStatus
 
 

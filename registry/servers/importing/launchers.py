@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from django.utils import timezone
 
-from registry.servers.package_versions import PackageLookupError, package_newest_version
+from registry.servers.importing.package_versions import PackageLookupError, package_newest_version
 
 if TYPE_CHECKING:
     from registry.servers.importing.entries import ParsedEntry

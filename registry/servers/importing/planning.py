@@ -41,6 +41,7 @@ from registry.servers.importing.reading import (
 )
 from registry.servers.importing.variables import ProcessVariables
 from registry.servers.models import Category, McpServer
+from registry.servers.operations.sandbox_checks import server_sandbox_launch_warnings
 from registry.servers.policy import (
     NetworkMode,
     TrustTier,
@@ -48,7 +49,6 @@ from registry.servers.policy import (
     is_trust_increase,
     tier_policy,
 )
-from registry.servers.sandbox_checks import server_sandbox_launch_warnings
 
 SECRET_FIELDS = ("env", "headers")
 

@@ -16,16 +16,16 @@ from django.db.models import QuerySet
 
 from registry.core.errors import ApplicationError
 from registry.servers import services
-from registry.servers.discovery import (
+from registry.servers.models import DiscoveryRun, McpServer, ReviewStatus, Tool
+from registry.servers.operations.discovery import (
     discovery_claim,
     discovery_record,
     discovery_request,
     discovery_runs_needing_attention,
 )
-from registry.servers.health import health_record
-from registry.servers.launch import server_launch_plan
-from registry.servers.models import DiscoveryRun, McpServer, ReviewStatus, Tool
-from registry.servers.runtime import runtime_display_state, runtime_request
+from registry.servers.operations.health import health_record
+from registry.servers.operations.launch import server_launch_plan
+from registry.servers.operations.runtime import runtime_display_state, runtime_request
 from registry.servers.selectors import server_list_with_tool_counts
 from workers.discovery import discover_plan, discovery_lease_kept
 from workers.health import check_plans

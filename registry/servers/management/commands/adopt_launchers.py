@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from registry.servers.launcher_adoption import (
+from registry.servers.importing.launcher_adoption import (
     server_launcher_adopt,
     servers_with_launcher_commands,
 )

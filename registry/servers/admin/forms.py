@@ -10,8 +10,8 @@ from django.core.exceptions import ValidationError
 
 from registry.core.secret_fields import mask_secret
 from registry.servers.importing.launchers import LauncherError, PackagePin, launcher_adopt
+from registry.servers.importing.package_versions import PackageLookupError
 from registry.servers.models import McpServer, PermissionClass, Transport
-from registry.servers.package_versions import PackageLookupError
 from registry.servers.services import SECRET_FIELDS, SERVER_EDITABLE_FIELDS
 
 

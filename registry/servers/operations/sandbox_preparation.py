@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from registry.audit.services import Actor
 from registry.core.errors import ApplicationError
-from registry.servers.discovery import discovery_request
 from registry.servers.models import (
     DiscoveryRun,
     DiscoveryStatus,
@@ -25,6 +24,7 @@ from registry.servers.models import (
     SandboxPreparationState,
     Transport,
 )
+from registry.servers.operations.discovery import discovery_request
 from registry.servers.policy import Isolation, NetworkMode
 
 # The one command that gets a machine without an engine or base images ready (it starts

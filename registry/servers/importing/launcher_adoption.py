@@ -22,8 +22,8 @@ from registry.servers.importing.launchers import (
     VersionLookup,
     launcher_adopt,
 )
+from registry.servers.importing.package_versions import PackageLookupError
 from registry.servers.models import McpServer, ReviewStatus, Transport
-from registry.servers.package_versions import PackageLookupError
 
 
 @dataclass

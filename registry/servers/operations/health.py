@@ -30,7 +30,7 @@ from registry.servers.models import (
     ReviewStatus,
     ServerStatus,
 )
-from registry.servers.runtime import runtime_live_owner
+from registry.servers.operations.runtime import runtime_live_owner
 from registry.servers.signals import announce_visibility_change
 
 # Servers whose health matters: the ones agents may use, and the ones being vetted.

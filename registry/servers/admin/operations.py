@@ -18,8 +18,6 @@ from django.utils import timezone
 
 from registry.core.admin_ids import object_id_or_404
 from registry.core.errors import ApplicationError
-from registry.servers.discovery import discovery_request, discovery_runs_needing_attention
-from registry.servers.health import health_request, server_uptime
 from registry.servers.models import (
     ApprovalState,
     DiscoveryRun,
@@ -32,8 +30,13 @@ from registry.servers.models import (
     ServerStatus,
     Tool,
 )
-from registry.servers.runtime import runtime_live_owner, runtime_request
-from registry.servers.sandbox_preparation import sandbox_preparation_current
+from registry.servers.operations.discovery import (
+    discovery_request,
+    discovery_runs_needing_attention,
+)
+from registry.servers.operations.health import health_request, server_uptime
+from registry.servers.operations.runtime import runtime_live_owner, runtime_request
+from registry.servers.operations.sandbox_preparation import sandbox_preparation_current
 from registry.servers.selectors import tool_review_filter
 
 OPERATIONS = {
@@ -55,8 +58,9 @@ SETTING_CHANGES = {
 def health_reason(server: McpServer, status: ServerStatus | None) -> str:
     """Why a server is degraded or unhealthy, in words (empty when there is nothing to explain).
 
-    The same rules as registry.servers.health: failures below the threshold or a check slower
-    than TOOLROOM_HEALTH_DEGRADED_LATENCY_MS degrade; failures at the threshold open the circuit.
+    The same rules as registry.servers.operations.health: failures below the threshold or a check
+    slower than TOOLROOM_HEALTH_DEGRADED_LATENCY_MS degrade; failures at the threshold open the
+    circuit.
     """
     if status is None or status.health not in (Health.DEGRADED, Health.UNHEALTHY):
         return ""

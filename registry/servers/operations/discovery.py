@@ -35,9 +35,9 @@ from registry.servers.models import (
     ReviewStatus,
     ServerStatus,
 )
-from registry.servers.runtime import runtime_live_owner
-from registry.servers.scanner import scan_text, scan_tool_definition
-from registry.servers.tool_sync import ToolListError, server_tools_sync
+from registry.servers.operations.runtime import runtime_live_owner
+from registry.servers.vetting.scanner import scan_text, scan_tool_definition
+from registry.servers.vetting.tool_sync import ToolListError, server_tools_sync
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +89,23 @@ def discovery_request(*, server: McpServer, actor: Actor, trigger: str) -> Disco
         )
         transaction.on_commit(lambda: discovery_send(run_id=run.pk), robust=True)
     return run
+
+
+# Approved servers are discovered again at least this often (catches rug pulls).
+DISCOVERY_MAX_AGE = timedelta(hours=6)
+
+
+def discovery_request_stale(*, actor: Actor, max_age: timedelta = DISCOVERY_MAX_AGE) -> int:
+    """Request a discovery of every approved server not discovered within `max_age`; how many."""
+    cutoff = timezone.now() - max_age
+    servers = McpServer.objects.filter(review_status=ReviewStatus.APPROVED).exclude(
+        status__last_discovered_at__gte=cutoff
+    )
+    count = 0
+    for server in servers:
+        discovery_request(server=server, actor=actor, trigger="schedule")
+        count += 1
+    return count
 
 
 def discovery_send(*, run_id: int) -> bool:
@@ -260,20 +277,35 @@ def discovery_claim(*, run_id: int) -> DiscoveryRun | None:
     return DiscoveryRun.objects.select_related("server").get(pk=run_id)
 
 
-def _findings(
-    outcome: DiscoveryOutcome, server: McpServer
-) -> tuple[dict[str, list[dict[str, Any]]], list[Any]]:
+@dataclass(frozen=True)
+class _Scanned:
+    """What the scanner found in a discovery's tool definitions and instructions."""
+
+    server_slug: str
+    per_tool: dict[str, list[dict[str, Any]]]
+    server_level: list[Any]
+
+
+def _findings(outcome: DiscoveryOutcome, *, server_id: int) -> _Scanned | None:
+    """None if the server is gone (the store then fails as it would have)."""
+    slugs = dict(McpServer.objects.values_list("pk", "slug"))
+    server_slug = slugs.pop(server_id, None)
+    if server_slug is None:
+        return None
+    return _scan(outcome, server_slug=server_slug, other_slugs=set(slugs.values()))
+
+
+def _scan(outcome: DiscoveryOutcome, *, server_slug: str, other_slugs: set[str]) -> _Scanned:
     per_tool: dict[str, list[dict[str, Any]]] = {}
-    # A tool named like another server's namespaced tool would pass for it in catalogues.
-    other_slugs = set(McpServer.objects.exclude(pk=server.pk).values_list("slug", flat=True))
     for definition in outcome.tools:
+        # A tool named like another server's namespaced tool would pass for it in catalogues.
         found = scan_tool_definition(
-            definition, server_slug=server.slug, other_server_slugs=other_slugs
+            definition, server_slug=server_slug, other_server_slugs=other_slugs
         )
         if found and isinstance(definition.get("name"), str):
             per_tool[definition["name"]] = [finding.as_dict() for finding in found]
     server_level = [f.as_dict() for f in scan_text(outcome.instructions, location="instructions")]
-    return per_tool, server_level
+    return _Scanned(server_slug=server_slug, per_tool=per_tool, server_level=server_level)
 
 
 def _vetting_report(
@@ -312,11 +344,19 @@ def _vetting_report(
     }
 
 
-@transaction.atomic
 def discovery_record(
     *, run: DiscoveryRun, outcome: DiscoveryOutcome, actor: Actor = "worker:discovery"
 ) -> DiscoveryRun:
     """Store what a discovery found: tools, resources, prompts, identity, vetting report."""
+    # Scanning the definitions is pure and CPU-heavy: done before any row lock is taken.
+    scanned = _findings(outcome, server_id=run.server_id) if outcome.ok else None
+    return _discovery_store(run=run, outcome=outcome, actor=actor, scanned=scanned)
+
+
+@transaction.atomic
+def _discovery_store(
+    *, run: DiscoveryRun, outcome: DiscoveryOutcome, actor: Actor, scanned: _Scanned | None
+) -> DiscoveryRun:
     # FOR NO KEY UPDATE: other writers of the server wait, but rows that merely point at it
     # (a health sample, an audit event: their foreign keys take KEY SHARE) do not, so a health
     # batch that holds this server's status row and inserts its sample cannot deadlock with us.
@@ -330,7 +370,10 @@ def discovery_record(
     tool_findings: dict[str, list[dict[str, Any]]] = {}
     server_findings: list[Any] = []
     if outcome.ok:
-        tool_findings, server_findings = _findings(outcome, server)
+        if scanned is None or scanned.server_slug != server.slug:  # renamed since the scan
+            other_slugs = McpServer.objects.exclude(pk=server.pk).values_list("slug", flat=True)
+            scanned = _scan(outcome, server_slug=server.slug, other_slugs=set(other_slugs))
+        tool_findings, server_findings = scanned.per_tool, scanned.server_level
         try:
             synced = server_tools_sync(
                 server=server,

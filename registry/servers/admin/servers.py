@@ -1,4 +1,4 @@
-"""The vetting workplace: servers, tools and the audit trail in the Django admin.
+"""The vetting workplace's server pages: list, form, review decisions, tools, discovery and health.
 
 Every decision made here goes through `registry.servers.services`, exactly as the API and the
 management commands do; the admin only gathers input and shows results.
@@ -6,12 +6,9 @@ management commands do; the admin only gathers input and shows results.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import F, QuerySet
@@ -20,140 +17,51 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from registry.audit.models import AuditEvent
 from registry.audit.selectors import audit_events_for_server
 from registry.core.admin_ids import object_id_or_404
-from registry.core.canonical import pretty_json
 from registry.core.errors import ApplicationError
 from registry.core.secret_fields import mask_mapping
+from registry.core.service_admin import ServiceAdmin
 from registry.gateway.admin import gateway_policy_summary
 from registry.servers import services
-from registry.servers.admin_forms import (
+from registry.servers.admin.common import badge, review_badge
+from registry.servers.admin.forms import (
     McpServerAdminForm,
-    PermissionClassForm,
     ReviewDecisionForm,
-    ToolApprovalForm,
-    ToolRevokeForm,
 )
-from registry.servers.admin_import import import_servers_view
-from registry.servers.admin_operations import (
+from registry.servers.admin.importing import import_servers_view
+from registry.servers.admin.operations import (
     fleet_status_view,
     operate,
     operate_view,
     server_operations_context,
 )
-from registry.servers.launcher_adoption import package_pin_record
+from registry.servers.importing.launcher_adoption import package_pin_record
 from registry.servers.models import (
     ApprovalState,
-    Category,
     Health,
     McpServer,
     ReviewStatus,
     ServerStatus,
     Tool,
-    ToolApproval,
 )
-from registry.servers.policy import TIER_POLICIES, Isolation, allowed_network_modes, tier_policy
-from registry.servers.sandbox_checks import (
+from registry.servers.operations.sandbox_checks import (
     server_ids_with_sandbox_launch_warnings,
     server_sandbox_launch_warnings,
 )
-from registry.servers.sandbox_preparation import sandbox_preparation_current
+from registry.servers.operations.sandbox_preparation import sandbox_preparation_current
+from registry.servers.policy import TIER_POLICIES, Isolation, allowed_network_modes, tier_policy
 from registry.servers.selectors import (
-    TOOL_REVIEW_STATES,
-    ToolReviewState,
     server_list_with_tool_counts,
-    tool_definition_diff,
     tool_review_filter,
     tool_review_state,
     tools_with_review_history,
 )
 
 TOOLS_SHOWN_ON_SERVER_PAGE = 50  # per page of the server page's tools
-
-_BADGE_COLOURS = {
-    ReviewStatus.DRAFT: "#777",
-    ReviewStatus.PENDING_REVIEW: "#b26b00",
-    ReviewStatus.APPROVED: "#1a7f37",
-    ReviewStatus.REJECTED: "#b42318",
-    ReviewStatus.SUSPENDED: "#b42318",
-    ReviewStatus.RETIRED: "#555",
-    Health.UNKNOWN: "#777",
-    Health.HEALTHY: "#1a7f37",
-    Health.DEGRADED: "#b26b00",
-    Health.UNHEALTHY: "#b42318",
-    ApprovalState.UNAPPROVED: "#b26b00",
-    ApprovalState.APPROVED: "#1a7f37",
-    ApprovalState.CHANGED: "#b42318",
-    ApprovalState.REVOKED: "#555",
-}
-
-
-_REVIEW_COLOURS = {
-    "new": "#b26b00",
-    "flagged": "#b42318",
-    "changed": "#b42318",
-    "revoked": "#555",
-    "approved": "#1a7f37",
-    "removed": "#777",
-}
-
-
-def review_badge(state: ToolReviewState) -> SafeString:
-    """A tool's review state as a coloured badge (the colour by state, the words say the rest)."""
-    return format_html(
-        '<span class="review-badge review-{}" style="color:#fff;background:{};padding:1px 6px;'
-        'border-radius:8px;display:inline-block">{}</span>',
-        state.key,
-        _REVIEW_COLOURS.get(state.key, "#555"),
-        state.label,
-    )
-
-
-def badge(value: str, label: str) -> SafeString:
-    colour = _BADGE_COLOURS.get(value, "#555")  # type: ignore[call-overload]
-    return format_html(
-        '<span style="color:#fff;background:{};padding:1px 6px;border-radius:8px;'
-        'white-space:nowrap">{}</span>',
-        colour,
-        label,
-    )
-
-
-@admin.register(Category)
-class CategoryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["name", "slug", "description"]
-    search_fields = ["name", "slug"]
-
-    def get_prepopulated_fields(self, request: HttpRequest, obj: Category | None = None) -> Any:
-        return {} if obj is not None else {"slug": ("name",)}
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Category | None = None) -> Any:
-        # Agents filter their catalogue by the slug: it stays what it was created as.
-        return ("slug",) if obj is not None else ()
-
-    def save_model(self, request: HttpRequest, obj: Category, form: Any, change: bool) -> None:
-        """Through the services: audited, and catalogues showing the category follow a rename."""
-        data = form.cleaned_data
-        if change:
-            services.category_update(
-                actor=request.user,
-                category=obj,
-                name=data["name"],
-                description=data.get("description", ""),
-            )
-        else:
-            created = services.category_create(
-                actor=request.user,
-                slug=data["slug"],
-                name=data["name"],
-                description=data.get("description", ""),
-            )
-            obj.pk = created.pk
 
 
 class HealthFilter(admin.SimpleListFilter):
@@ -199,35 +107,14 @@ class DiscoveryFilter(admin.SimpleListFilter):
         return queryset
 
 
-# (action, label, whether a reason/note is asked for)
+# The review decisions (action, label), in the order the page offers them: services.TRANSITIONS.
 SERVER_DECISIONS: list[tuple[str, str]] = [
-    ("submit", "Submit for review"),
-    ("approve", "Approve"),
-    ("reject", "Reject"),
-    ("suspend", "Suspend"),
-    ("retire", "Retire"),
+    (action, transition.label) for action, transition in services.TRANSITIONS.items()
 ]
-_DECISION_SERVICES: dict[str, Callable[..., McpServer]] = {
-    "submit": lambda actor, server, reason: services.server_submit_for_review(
-        actor=actor, server=server
-    ),
-    "approve": lambda actor, server, reason: services.server_approve(
-        actor=actor, server=server, note=reason
-    ),
-    "reject": lambda actor, server, reason: services.server_reject(
-        actor=actor, server=server, reason=reason
-    ),
-    "suspend": lambda actor, server, reason: services.server_suspend(
-        actor=actor, server=server, reason=reason
-    ),
-    "retire": lambda actor, server, reason: services.server_retire(
-        actor=actor, server=server, reason=reason
-    ),
-}
 
 
 @admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class McpServerAdmin(ServiceAdmin):
     form = McpServerAdminForm
     change_form_template = "admin/servers/mcpserver/change_form.html"
     change_list_template = "admin/servers/mcpserver/change_list.html"
@@ -419,19 +306,23 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # --- saving through the services ----------------------------------------------------------
 
     def save_model(self, request: HttpRequest, obj: McpServer, form: Any, change: bool) -> None:
-        try:
-            if change:
-                services.server_update(
+        if change:
+            saved = self.run_service(
+                request,
+                lambda: services.server_update(
                     actor=request.user, server=obj, changes=form.server_fields(changed_only=True)
-                )
-            else:
-                created = services.server_create(
+                ),
+            )
+        else:
+            saved = self.run_service(
+                request,
+                lambda: services.server_create(
                     actor=request.user, **form.server_fields(changed_only=False)
-                )
-                obj.pk = created.pk
-        except ApplicationError as exc:
-            messages.error(request, exc.message)
-            request._toolroom_save_failed = True  # type: ignore[attr-defined]
+                ),
+            )
+            if saved is not None:
+                obj.pk = saved.pk
+        if saved is None:
             return
         # A launcher command (npx, uvx, docker run) became a pinned package or image reference.
         if getattr(form, "launcher_pin", None) is not None:
@@ -443,18 +334,6 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """Nothing related is edited on this page; tools change through their own services."""
-
-    def response_add(
-        self, request: HttpRequest, obj: McpServer, post_url_continue: Any = None
-    ) -> HttpResponse:
-        if getattr(request, "_toolroom_save_failed", False):
-            return HttpResponseRedirect(request.path)
-        return super().response_add(request, obj, post_url_continue)
-
-    def response_change(self, request: HttpRequest, obj: McpServer) -> HttpResponse:
-        if getattr(request, "_toolroom_save_failed", False):
-            return HttpResponseRedirect(request.path)
-        return super().response_change(request, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj: McpServer | None = None) -> bool:
         # Servers are retired, never deleted, once they left draft: their trail must stay.
@@ -630,7 +509,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return import_servers_view(self, request)
 
     def decision_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
-        if action not in _DECISION_SERVICES:
+        if action not in services.TRANSITIONS:
             raise PermissionDenied
         if not request.user.has_perm("servers.review_mcpserver"):
             raise PermissionDenied
@@ -657,7 +536,11 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 done: list[McpServer] = []
                 for server in servers:
                     try:
-                        done.append(_DECISION_SERVICES[action](request.user, server, reason))
+                        done.append(
+                            services.server_decide(
+                                actor=request.user, server=server, action=action, reason=reason
+                            )
+                        )
                     except ApplicationError as exc:
                         if not bulk:
                             field = exc.field if exc.field in form.fields else None
@@ -784,381 +667,3 @@ def _launch_summary(server: McpServer) -> dict[str, Any]:
         "limits": f"{server.effective_memory_limit_mb} MB, {server.effective_cpu_limit} CPU, "
         f"{server.effective_pids_limit} processes",
     }
-
-
-class RemovedFilter(admin.SimpleListFilter):
-    title = "offered"
-    parameter_name = "removed"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("present", "Still offered"), ("removed", "Removed by the server")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.value() == "present":
-            return queryset.filter(removed_at__isnull=True)
-        if self.value() == "removed":
-            return queryset.filter(removed_at__isnull=False)
-        return queryset
-
-
-class ReviewStateFilter(admin.SimpleListFilter):
-    """Where tools stand in review; the review queue's counts link to exactly these rows."""
-
-    title = "review"
-    parameter_name = "review"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("awaiting", "Awaiting approval (any)"), *TOOL_REVIEW_STATES.items()]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if value in TOOL_REVIEW_STATES or value == "awaiting":
-            return queryset.filter(tool_review_filter(value))
-        return queryset
-
-
-class FindingsFilter(admin.SimpleListFilter):
-    title = "scanner findings"
-    parameter_name = "findings"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Has findings"), ("no", "No findings")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.value() == "yes":
-            return queryset.exclude(findings=[])
-        if self.value() == "no":
-            return queryset.filter(findings=[])
-        return queryset
-
-
-@admin.register(Tool)
-class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    change_form_template = "admin/servers/tool/change_form.html"
-    # What fits a 1366 px screen beside the filters; the hash and dates are on the tool's page.
-    list_display = ["tool_name", "server", "approval_badge", "findings_count", "permission", "seen"]
-    ordering = [Lower("server__name"), Lower("name"), "pk"]  # type: ignore[list-item]
-    list_filter = [
-        ReviewStateFilter,
-        "approval_state",
-        "permission_class",
-        RemovedFilter,
-        FindingsFilter,
-        "server__review_status",
-        "server",
-    ]
-    search_fields = ["name", "title", "description", "server__name", "server__slug"]
-    list_select_related = ["server"]
-    actions = ["approve_selected", "revoke_selected"]
-    readonly_fields = (
-        "server",
-        "name",
-        "title",
-        "description",
-        "definition_hash",
-        "class_from_annotations",
-        "permission_class",
-        "review_state",
-        "first_seen_at",
-        "last_seen_at",
-        "removed_at",
-    )
-    fields = readonly_fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # tools come from discovery
-
-    def has_delete_permission(self, request: HttpRequest, obj: Tool | None = None) -> bool:
-        return False  # a tool's history is evidence
-
-    def has_change_permission(self, request: HttpRequest, obj: Tool | None = None) -> bool:
-        return False  # decisions have their own forms below
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Tool]:
-        return tools_with_review_history(super().get_queryset(request))
-
-    @admin.display(description="Review", ordering="approval_state")
-    def approval_badge(self, obj: Tool) -> SafeString:
-        return review_badge(tool_review_state(tool=obj))
-
-    @admin.display(description="Findings")
-    def findings_count(self, obj: Tool) -> SafeString | int:
-        if not obj.findings:
-            return 0
-        return format_html('<strong style="color:#b42318">{}</strong>', len(obj.findings))
-
-    @admin.display(description="Class from annotations")
-    def class_from_annotations(self, obj: Tool) -> str:
-        return obj.get_permission_class_derived_display()
-
-    @admin.display(description="Review")
-    def review_state(self, obj: Tool) -> SafeString:
-        return review_badge(tool_review_state(tool=obj))
-
-    @admin.display(description="Name", ordering=Lower("name"))
-    def tool_name(self, obj: Tool) -> str:
-        return obj.name
-
-    @admin.display(description="Class", ordering="permission_class")
-    def permission(self, obj: Tool) -> str:
-        return obj.get_permission_class_display()
-
-    @admin.display(description="Last seen", ordering="last_seen_at")
-    def seen(self, obj: Tool) -> str:
-        return obj.last_seen_at.astimezone(timezone.get_current_timezone()).strftime("%Y-%m-%d")
-
-    @admin.display(description="Hash")
-    def short_hash(self, obj: Tool) -> SafeString:
-        return format_html("<code>{}</code>", obj.definition_hash[:12])
-
-    @admin.display(description="Offered", boolean=True)
-    def offered(self, obj: Tool) -> bool:
-        return obj.removed_at is None
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        tool = self.get_object(request, unquote(object_id))
-        context = dict(extra_context or {})
-        if tool is not None:
-            context = {**self._tool_page_context(request, tool), **context}
-        return super().change_view(request, object_id, form_url, context)
-
-    def _tool_page_context(self, request: HttpRequest, tool: Tool) -> dict[str, Any]:
-        can_approve = request.user.has_perm("servers.approve_tool")
-        return {
-            "tool": tool,
-            "tool_state_label": self._state_label(tool),
-            "definition_json": pretty_json(tool.definition),
-            "definition_diff": tool_definition_diff(tool=tool),
-            "approvals": list(ToolApproval.objects.filter(tool=tool)[:50]),
-            "can_approve": can_approve and not tool.is_approved and tool.removed_at is None,
-            "can_revoke": can_approve and tool.approval_state == ApprovalState.APPROVED,
-            "approval_form": ToolApprovalForm(initial={"expected_hash": tool.definition_hash}),
-            "revoke_form": ToolRevokeForm(),
-            "permission_form": PermissionClassForm(
-                initial={"permission_class": tool.permission_class_override}
-            ),
-            "audit_events": list(
-                AuditEvent.objects.filter(target_type="tool", target_id=str(tool.pk))[:50]
-            ),
-        }
-
-    @staticmethod
-    def _state_label(tool: Tool) -> str:
-        if tool.is_approved:
-            return f"Approved at definition {tool.approved_definition_hash[:12]}"
-        return tool_review_state(tool=tool).label
-
-    def _tool_page_refused(self, request: HttpRequest, tool: Tool, **forms: Any) -> HttpResponse:
-        """The tool page again, with the refused decision's form showing its error and input.
-
-        Rendered as the page's GET: the change form itself is read-only and refuses a POST.
-        """
-        page_request = copy.copy(request)
-        page_request.method = "GET"
-        return self.change_view(page_request, str(tool.pk), extra_context=forms)
-
-    def get_urls(self) -> list[URLPattern]:
-        info = self.opts.app_label, self.opts.model_name
-        return [
-            path(
-                "<path:object_id>/approve/",
-                self.admin_site.admin_view(self.approve_view),
-                name="{}_{}_approve".format(*info),
-            ),
-            path(
-                "<path:object_id>/revoke/",
-                self.admin_site.admin_view(self.revoke_view),
-                name="{}_{}_revoke".format(*info),
-            ),
-            path(
-                "<path:object_id>/permission-class/",
-                self.admin_site.admin_view(self.permission_class_view),
-                name="{}_{}_permission_class".format(*info),
-            ),
-            *super().get_urls(),
-        ]
-
-    def _tool_for_decision(self, request: HttpRequest, object_id: str) -> Tool:
-        if request.method != "POST" or not request.user.has_perm("servers.approve_tool"):
-            raise PermissionDenied
-        return get_object_or_404(Tool, pk=object_id_or_404(object_id))
-
-    def _back(self, tool: Tool) -> HttpResponseRedirect:
-        return HttpResponseRedirect(reverse("admin:servers_tool_change", args=[tool.pk]))
-
-    def approve_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        tool = self._tool_for_decision(request, object_id)
-        form = ToolApprovalForm(request.POST)
-        if form.is_valid():
-            try:
-                services.tool_approve(
-                    actor=request.user,
-                    tool=tool,
-                    note=form.cleaned_data["note"],
-                    acknowledge_findings=form.cleaned_data["acknowledge_findings"],
-                    expected_hash=form.cleaned_data["expected_hash"],
-                )
-            except ApplicationError as exc:
-                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-            else:
-                self.message_user(
-                    request, f"Approved {tool} at its current definition.", messages.SUCCESS
-                )
-                return self._back(tool)
-        tool.refresh_from_db()
-        # The page shows the definition as it is now: approving again approves that one.
-        data = request.POST.copy()
-        data["expected_hash"] = tool.definition_hash
-        refused = ToolApprovalForm(data)
-        refused.is_valid()
-        for field_name, errors in form.errors.items():
-            for error in errors:
-                refused.add_error(field_name if field_name in refused.fields else None, error)
-        return self._tool_page_refused(request, tool, approval_form=refused)
-
-    def revoke_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        tool = self._tool_for_decision(request, object_id)
-        form = ToolRevokeForm(request.POST)
-        if form.is_valid():
-            try:
-                services.tool_revoke(
-                    actor=request.user, tool=tool, reason=form.cleaned_data["reason"]
-                )
-            except ApplicationError as exc:
-                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-            else:
-                self.message_user(request, f"Revoked the approval of {tool}.", messages.SUCCESS)
-                return self._back(tool)
-        tool.refresh_from_db()
-        return self._tool_page_refused(request, tool, revoke_form=form)
-
-    def permission_class_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        tool = self._tool_for_decision(request, object_id)
-        form = PermissionClassForm(request.POST)
-        try:
-            if not form.is_valid():
-                raise ApplicationError("Choose a permission class.")
-            updated = services.tool_set_permission_class(
-                actor=request.user,
-                tool=tool,
-                permission_class=form.cleaned_data["permission_class"],
-            )
-        except ApplicationError as exc:
-            self.message_user(request, exc.message, messages.ERROR)
-        else:
-            self.message_user(
-                request, f"{updated} is a {updated.permission_class} tool now.", messages.SUCCESS
-            )
-        return self._back(tool)
-
-    def has_approve_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("servers.approve_tool")
-
-    @admin.action(
-        description="Approve selected tools at their current definitions", permissions=["approve"]
-    )
-    def approve_selected(self, request: HttpRequest, queryset: QuerySet[Tool]) -> Any:
-        """Confirm first (the tools, their hashes, a note), then approve each at the hash shown."""
-        if not request.user.has_perm("servers.approve_tool"):
-            raise PermissionDenied
-        tools = list(queryset.select_related("server").order_by(Lower("name"), "pk"))
-        if "confirm" in request.POST:
-            shown = {
-                tool.pk: request.POST.get(f"hash_{tool.pk}", "")
-                for tool in tools
-                if f"hash_{tool.pk}" in request.POST
-            }
-            result = services.tools_approve_bulk(
-                actor=request.user,
-                tools=tools,
-                note=request.POST.get("note", "").strip(),
-                expected_hashes=shown,
-            )
-            if result.approved:
-                self.message_user(
-                    request, f"Approved {len(result.approved)} tool(s).", messages.SUCCESS
-                )
-            for tool, reason in result.skipped:
-                self.message_user(request, f"Not approved: {tool}: {reason}", messages.WARNING)
-            return None
-        return TemplateResponse(
-            request,
-            "admin/servers/tools_bulk_approve.html",
-            {
-                **self.admin_site.each_context(request),
-                "title": f"Approve {len(tools)} tool(s)",
-                "opts": self.opts,
-                "tools": tools,
-            },
-        )
-
-    @admin.action(description="Revoke the approval of selected tools", permissions=["approve"])
-    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Tool]) -> Any:
-        if not request.user.has_perm("servers.approve_tool"):
-            raise PermissionDenied
-        if "confirm" in request.POST:
-            form = ToolRevokeForm(request.POST)
-            if form.is_valid():
-                revoked = 0
-                for tool in queryset:
-                    try:
-                        services.tool_revoke(
-                            actor=request.user, tool=tool, reason=form.cleaned_data["reason"]
-                        )
-                    except ApplicationError as exc:
-                        self.message_user(request, exc.message, messages.WARNING)
-                    else:
-                        revoked += 1
-                if revoked:
-                    self.message_user(request, f"Revoked {revoked} approval(s).", messages.SUCCESS)
-                return None
-        else:
-            form = ToolRevokeForm()
-        return TemplateResponse(
-            request,
-            "admin/servers/tool_revoke.html",
-            {
-                **self.admin_site.each_context(request),
-                "title": "Revoke tool approvals",
-                "opts": self.opts,
-                "tools": list(queryset.select_related("server")),
-                "form": form,
-            },
-        )
-
-
-@admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    # Short columns, so the summary (what happened, in words) keeps its room at 1366 px.
-    list_display = ["when", "who", "action", "target", "summary"]
-    list_filter = ["action", "target_type"]
-    search_fields = ["actor_label", "action", "target_repr", "summary"]
-    list_select_related = ["server"]
-    date_hierarchy = "created_at"
-
-    @admin.display(description="When", ordering="created_at")
-    def when(self, obj: AuditEvent) -> str:
-        return obj.created_at.astimezone(timezone.get_current_timezone()).strftime("%Y-%m-%d %H:%M")
-
-    @admin.display(description="Who", ordering="actor_label")
-    def who(self, obj: AuditEvent) -> str:
-        return obj.actor_label
-
-    @admin.display(description="Target", ordering="target_repr")
-    def target(self, obj: AuditEvent) -> str:
-        return obj.target_repr
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
-        return False
