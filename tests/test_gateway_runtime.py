@@ -19,7 +19,7 @@ from tests.gateway_helpers import RunningGateway, gateway_client, text_of
 from tests.mcp_fixtures import scenario_argv
 from tests.test_worker_e2e import worker  # noqa: F401 (a real runtime worker, as a fixture)
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers]
 
 
 @pytest.fixture
