@@ -11,6 +11,18 @@ from django.contrib.auth.models import Permission
 from tests.factories import UserFactory
 
 
+@pytest.fixture(autouse=True)
+def _process_caches_forgotten():
+    """Every test starts without the catalogues and call tables a process keeps per team version:
+    a rolled-back or flushed test database hands the same team ids and versions to the next test,
+    which would find the last test's entries (production versions only ever grow)."""
+    from registry.catalogue.search import catalogue_search_forget
+    from registry.gateway.calls import call_tables_forget
+
+    catalogue_search_forget()
+    call_tables_forget()
+
+
 @pytest.fixture
 def alice(db):
     """A superuser: the platform admin."""

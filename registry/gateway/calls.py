@@ -300,6 +300,12 @@ def call_table_build(*, team_id: int, role_id: int, version: int) -> CallTable:
     return table
 
 
+def call_tables_forget() -> None:
+    """Drop the call tables kept in this process (tests, whose rollbacks reuse ids and versions)."""
+    with _tables_lock:
+        _tables.clear()
+
+
 def call_table(*, team_id: int, role_id: int, version: int | None = None) -> CallTable:
     """The team+role's call table at its current version; no query while the version holds.
 
