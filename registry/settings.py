@@ -473,6 +473,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # One enum for a team's and a token's tool exposure (a token's may also be blank).
+    "ENUM_NAME_OVERRIDES": {"ToolExposureEnum": "registry.teams.models.ToolExposure"},
 }
 
 # --- Logging -----------------------------------------------------------------------------------

@@ -545,3 +545,15 @@ def test_a_token_known_good_in_the_gateway_is_refused_once_it_expires(gateway, w
     anyio.run(anyio.sleep, 2.1)
 
     assert _rest_status(gateway, token.plain) == 401
+
+
+def test_a_token_known_good_in_the_gateway_is_refused_once_its_team_is_deleted(gateway, world):
+    """Deleting a team deletes its tokens; the gateway, which kept one as known good at the
+    team's version, refuses it on the very next request."""
+    token = world["ops"]
+    for _ in range(3):
+        assert _rest_status(gateway, token.plain) == 200
+
+    team_services.team_delete(actor="test", team=world["alpha"])
+
+    assert _rest_status(gateway, token.plain) == 401

@@ -89,3 +89,42 @@ def test_the_server_page_shows_the_gateway_policy_and_its_change_is_audited(clie
     assert AuditEvent.objects.filter(action="server.gateway_policy_changed").count() == 1
     page = client.get(reverse("admin:servers_mcpserver_change", args=[server.pk]))
     assert b"isolation: Per conversation" in page.content
+
+
+def test_calls_of_a_team_or_server_deleted_before_the_batch_is_written_are_kept():
+    """The gateway writes its call records in batches, later: a team or server deleted in
+    between loses its link, never the record (before, the whole batch failed on the foreign key
+    and was kept for a retry that failed forever)."""
+    team, server = TeamFactory(slug="alpha"), McpServerFactory(slug="files")
+    gone_team, gone_server = TeamFactory(slug="gone"), McpServerFactory(slug="gone")
+    gone_team_id, gone_server_id = gone_team.pk, gone_server.pk
+    gone_team.delete()
+    gone_server.delete()
+    kept = ToolCallRecord(
+        started_at=timezone.now().timestamp(),
+        duration_ms=1.0,
+        name="files__read",
+        via="mcp",
+        outcome="ok",
+        team_id=team.pk,
+        server_id=server.pk,
+        server_slug="files",
+    )
+    orphan = ToolCallRecord(
+        started_at=timezone.now().timestamp(),
+        duration_ms=1.0,
+        name="gone__read",
+        via="mcp",
+        outcome="ok",
+        team_id=gone_team_id,
+        server_id=gone_server_id,
+        server_slug="gone",
+        token_name="agent-0",
+    )
+
+    assert tool_calls_record(records=[kept, orphan]) == 2
+
+    rows = {row.name: row for row in ToolCall.objects.all()}
+    assert (rows["files__read"].team_id, rows["files__read"].server_id) == (team.pk, server.pk)
+    assert (rows["gone__read"].team_id, rows["gone__read"].server_id) == (None, None)
+    assert (rows["gone__read"].server_slug, rows["gone__read"].token_name) == ("gone", "agent-0")

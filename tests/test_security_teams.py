@@ -86,3 +86,20 @@ def test_the_admin_bulk_delete_deletes_the_groups(client, alice):
     assert not Team.objects.exists()
     assert not Group.objects.filter(name__startswith="team:").exists()
     assert AuditEvent.objects.filter(action="team.deleted").count() == 2
+
+
+def test_a_team_with_agent_tokens_can_be_deleted_and_its_tokens_go_with_it(alice):
+    """A token's role is a protected key: the team's cascade alone refused (ProtectedError)."""
+    from registry.teams.models import AgentToken, TeamRole
+
+    team, _ = _team_with_member(alice)
+    role = TeamRole.objects.filter(team=team).first() or TeamRole.objects.create(
+        team=team, name="operations"
+    )
+    services.agent_token_create(actor=alice, team=team, role=role, name="ci-agent")
+
+    services.team_delete(actor=alice, team=team)
+
+    assert not Team.objects.exists()
+    assert not AgentToken.objects.exists()
+    assert AuditEvent.objects.get(action="team.deleted").before["agent_tokens"] == 1

@@ -25,6 +25,7 @@ from registry.teams.models import (
     Team,
     TeamAction,
     TeamRole,
+    ToolExposure,
     teams_for_user,
 )
 from registry.teams.services import access_request_waiting_for
@@ -329,7 +330,7 @@ class AgentTokenDeclareSerializer(StrictInputSerializer):
 
 class AgentTokenToolExposureSerializer(StrictInputSerializer):
     tool_exposure = serializers.ChoiceField(
-        choices=["", "all", "search"],
+        choices=ToolExposure.choices,
         allow_blank=True,
         help_text="`all` tools, `search` (pinned tools plus find_tools and call_tool), or empty "
         "to follow the team's default.",
@@ -337,7 +338,7 @@ class AgentTokenToolExposureSerializer(StrictInputSerializer):
 
 
 class TeamToolExposureSerializer(StrictInputSerializer):
-    tool_exposure = serializers.ChoiceField(choices=["all", "search"])
+    tool_exposure = serializers.ChoiceField(choices=ToolExposure.choices)
 
 
 class RevokeSerializer(StrictInputSerializer):

@@ -14,6 +14,7 @@ from registry.audit.services import Actor, audit_record
 from registry.gateway.models import ServerGatewayPolicy, ToolCall
 from registry.servers.models import CircuitState, Health, McpServer, ServerStatus
 from registry.servers.signals import announce_visibility_change
+from registry.teams.models import Team
 
 RECORD_BATCH_SIZE = 500
 
@@ -43,10 +44,21 @@ class ToolCallRecord:
 
 
 def tool_calls_record(*, records: list[ToolCallRecord]) -> int:
-    """Write a batch of call records in as few INSERTs as the batch size allows."""
+    """Write a batch of call records in as few INSERTs as the batch size allows.
+
+    A call's team or server may have been deleted since the call (the batch is written later):
+    the record keeps its names (token, server slug) and drops the link, never the record."""
+    team_ids = {record.team_id for record in records if record.team_id is not None}
+    server_ids = {record.server_id for record in records if record.server_id is not None}
+    teams = set(Team.objects.filter(pk__in=team_ids).values_list("pk", flat=True))
+    servers = set(McpServer.objects.filter(pk__in=server_ids).values_list("pk", flat=True))
     rows = []
     for record in records:
         values = {f.name: getattr(record, f.name) for f in fields(record)}
+        if values["team_id"] not in teams:
+            values["team_id"] = None
+        if values["server_id"] not in servers:
+            values["server_id"] = None
         values["started_at"] = datetime.fromtimestamp(record.started_at, tz=UTC)
         values["error"] = record.error[:500]
         values["conversation"] = record.conversation[:100]

@@ -163,6 +163,11 @@ def team_delete(*, actor: Actor, team: Team) -> None:
     GroupObjectPermission.objects.filter(
         content_type=content_type, object_pk=str(locked.pk)
     ).delete()
+    # Its version moves first (in this transaction): a gateway that knows one of its tokens as
+    # good at the old version checks it again, and finds it gone.
+    _bump([locked.pk], "team.deleted")
+    # Tokens before the team: a token's role is a protected key, so the team's cascade refuses.
+    AgentToken.objects.filter(team=locked).delete()
     locked.delete()
     group.delete()  # its member links and object permissions go with it
     for prefix in tokens:
@@ -772,6 +777,8 @@ def agent_token_declare_servers(
         after={"declared_servers": locked.declared_servers},
     )
     token_lookup_evict_on_commit(locked.prefix)
+    # The gateway keeps a checked token (with its declarations) while the team's version holds.
+    _bump([locked.team_id], "agent_token.servers_declared")
     return locked
 
 
