@@ -370,7 +370,7 @@ def mail_worker(monkeypatch, smtp_inbox, request):
 def test_a_real_worker_sends_the_email_and_delivers_the_webhook(
     people, receiver, smtp_inbox, mail_worker
 ):
-    from tests.test_worker_e2e import _wait_for
+    from tests.waiting import wait_for as _wait_for
 
     hook = notifications.webhook_endpoint_create(actor="admin", url=receiver.url)
     request = _ask(people)  # committed: the tasks go to the broker
