@@ -34,7 +34,6 @@ import json
 import logging
 import secrets
 import socket
-import ssl
 import threading
 import time
 from collections import deque
@@ -44,7 +43,7 @@ from dataclasses import dataclass, field
 import docker.errors
 
 from workers.adapters.sandbox import networks
-from workers.adapters.sandbox.engine import Engine, connect_engine
+from workers.adapters.sandbox.engine import Engine, connect_engine, container_attach_socket
 from workers.adapters.sandbox.errors import SandboxError
 from workers.adapters.sandbox.images.base import BASE_IMAGE
 from workers.adapters.sandbox.spec import (
@@ -231,7 +230,9 @@ class EgressPool:
             use_config_proxy=False,
         )
         entry.holder_id = str(created["Id"])
-        entry.holder_sock = _attach_blocking(engine, entry.holder_id)
+        entry.holder_sock = container_attach_socket(
+            engine, entry.holder_id, stdin=True, blocking=True
+        )
         threading.Thread(
             target=self._watch_holder,
             args=(entry, entry.holder_sock),
@@ -256,7 +257,7 @@ class EgressPool:
                 egress_network_id=egress,
                 session_network_id=entry.network_id,
             )
-            entry.sock = _attach_blocking(engine, entry.proxy_id)
+            entry.sock = container_attach_socket(engine, entry.proxy_id, stdin=True, blocking=True)
             threading.Thread(
                 target=self._read_proxy,
                 args=(entry, entry.sock),
@@ -473,28 +474,6 @@ class EgressPool:
         labels = resource_labels(spec, session_id=entry.session_id, role=role)
         labels[LABEL_EGRESS_POLICY] = entry.policy
         return labels
-
-
-def _attach_blocking(engine: Engine, container_id: str) -> socket.socket:
-    """The attach connection (stdin, stdout, stderr) of a created container, as a blocking socket
-    this process owns: the proxy's stdin stays open as long as it does."""
-    params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-    raw = engine.api.attach_socket(container_id, params=params)
-    sock = getattr(raw, "_sock", raw)
-    if not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket):
-        with contextlib.suppress(Exception):
-            raw.close()
-        raise SandboxError(
-            "The engine is reached over TLS or SSH, where the sandbox cannot attach to a "
-            "container's stdio; reach it through its unix socket or a plain TCP socket proxy."
-        )
-    owned = sock.dup()
-    with contextlib.suppress(Exception):
-        raw.close()
-    with contextlib.suppress(Exception):
-        sock.close()
-    owned.setblocking(True)
-    return owned
 
 
 def remove_stale_egress(

@@ -7,13 +7,16 @@ local socket); put a socket proxy in front of it in production (see docs/sandbox
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import ssl
 from typing import Any
 
 import docker
 import docker.errors
 
-from workers.adapters.sandbox.errors import EngineUnavailableError
+from workers.adapters.sandbox.errors import EngineUnavailableError, SandboxError
 
 # The SDK has no type hints; this alias names what is passed around.
 Engine = Any
@@ -53,3 +56,28 @@ def engine_version(engine: Engine) -> str:
     """'Docker 20.10.24 (API 1.41)': for status pages and error messages."""
     info = engine.version()
     return f"Docker {info.get('Version', '?')} (API {info.get('ApiVersion', '?')})"
+
+
+def container_attach_socket(
+    engine: Engine, container_id: str, *, stdin: bool, blocking: bool
+) -> socket.socket:
+    """The attach connection (stdout, stderr, and stdin if asked) of a created container, as a
+    plain socket this process owns. Attached before start, nothing of the container's output is
+    buffered in the HTTP layer."""
+    params = {"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
+    raw = engine.api.attach_socket(container_id, params=params)
+    sock = getattr(raw, "_sock", raw)
+    if not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket):
+        with contextlib.suppress(Exception):
+            raw.close()
+        raise SandboxError(
+            "The engine is reached over TLS or SSH, where the sandbox cannot attach to a "
+            "container's stdio; reach it through its unix socket or a plain TCP socket proxy."
+        )
+    owned = sock.dup()
+    with contextlib.suppress(Exception):
+        raw.close()
+    with contextlib.suppress(Exception):
+        sock.close()
+    owned.setblocking(blocking)
+    return owned

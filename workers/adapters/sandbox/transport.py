@@ -20,8 +20,6 @@ import contextlib
 import functools
 import logging
 import secrets
-import socket
-import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -40,7 +38,7 @@ from mcp.shared.message import SessionMessage
 
 from workers.adapters.sandbox import networks
 from workers.adapters.sandbox.egress_pool import EGRESS_POOL, EgressLease, EgressPool
-from workers.adapters.sandbox.engine import Engine, connect_engine
+from workers.adapters.sandbox.engine import Engine, connect_engine, container_attach_socket
 from workers.adapters.sandbox.errors import ContainerFate, SandboxError
 from workers.adapters.sandbox.images import build_proxy_image
 from workers.adapters.sandbox.spec import (
@@ -88,28 +86,6 @@ def _parse_line(line: bytes) -> SessionMessage | Exception:
         logger.warning("A sandboxed server wrote a line that is not JSON-RPC: %.200r", line)
         return exc
     return SessionMessage(message)
-
-
-def _attached_socket(engine: Engine, container_id: str, *, stdin: bool) -> socket.socket:
-    """The attach connection of a created (not yet started) container, as a plain socket we own."""
-    params = {"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
-    raw = engine.api.attach_socket(container_id, params=params)
-    sock = getattr(raw, "_sock", raw)
-    if not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket):
-        with contextlib.suppress(Exception):
-            raw.close()
-        raise SandboxError(
-            "The engine is reached over TLS or SSH, where the sandbox cannot attach to a "
-            "container's stdio; reach it through its unix socket or a plain TCP socket proxy."
-        )
-    owned = sock.dup()
-    # Nothing was sent before start, so the HTTP layer has no output of the container buffered.
-    with contextlib.suppress(Exception):
-        raw.close()
-    with contextlib.suppress(Exception):
-        sock.close()
-    owned.setblocking(False)
-    return owned
 
 
 def _read_fate(
@@ -384,7 +360,9 @@ class SandboxTransport:
                 f"The engine refused the server's container: {exc.explanation or exc}"
             ) from exc
         state.container_id = str(created["Id"])
-        sock = await _engine_call(_attached_socket, engine, state.container_id, stdin=True)
+        sock = await _engine_call(
+            container_attach_socket, engine, state.container_id, stdin=True, blocking=False
+        )
         state.conn = await anyio.abc.SocketStream.from_socket(sock)
         try:
             await _engine_call(engine.api.start, state.container_id)
