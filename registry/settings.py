@@ -613,7 +613,8 @@ TOOLROOM_RUNTIME_ENDPOINT_PORT: int = env.int("TOOLROOM_RUNTIME_ENDPOINT_PORT", 
 TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE: str = env.str(
     "TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE", default=""
 )
-# Stateless (2026-07-28) clients without a conversation id: one conversation per token and window.
+# Stateless (2026-07-28) clients without a conversation id are their token: how long after its
+# last confidential read the private-data ratchet holds (a sliding window).
 TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS: int = env.int(
     "TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS", default=3600
 )
