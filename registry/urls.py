@@ -26,8 +26,9 @@ urlpatterns = [
     path("", include("registry.api.urls")),
 ]
 
-# Errors Django answers itself (no route, a bad request, a crash) keep the API's JSON shape.
+# Errors Django answers itself (no route, a bad request, a crash) keep the API's JSON shape; an
+# address under /portal/ that does not exist gets the portal's own page.
 handler400 = "registry.core.api_errors.api_bad_request"
 handler403 = "registry.core.api_errors.api_permission_denied"
-handler404 = "registry.core.api_errors.api_not_found"
+handler404 = "registry.portal.views.page_not_found"
 handler500 = "registry.core.api_errors.api_server_error"
