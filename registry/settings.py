@@ -17,10 +17,15 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import django_stubs_ext
 import environ
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 from environ.fileaware_mapping import FileAwareMapping
+
+# Django's generic classes take their type arguments at run time too (`admin.ModelAdmin[Team]`,
+# `forms.ModelForm[Grant]`): the types django-stubs gives them are written in the code.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
