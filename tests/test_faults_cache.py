@@ -18,7 +18,7 @@ from tests.catalogue_helpers import DJANGO_ANSWERED, READ, approved_server, fast
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
 from tests.owned_redis import OwnedRedis
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.processes]
 
 RETRY_SECONDS = 0.3
 
