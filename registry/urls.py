@@ -4,8 +4,8 @@ the probes."""
 from django.contrib import admin
 from django.urls import include, path
 
-from registry.core.views import healthz, metrics, readyz
 from registry.gateway.views import jwks_view
+from registry.operations.views import healthz, metrics, readyz
 from registry.portal.urls import oidc_urlpatterns
 from registry.portal.views import landing
 

@@ -13,8 +13,8 @@ from unittest.mock import patch
 
 import pytest
 
-from registry.catalogue import cache as catalogue_cache_module
 from registry.catalogue.formats import TOOL_FORMATS
+from registry.core import cache as catalogue_cache_module
 from registry.search.index import tool_search_index_refresh
 from registry.teams.models import TeamRole
 from tests.catalogue_helpers import DJANGO_ANSWERED, READ, approved_server, fast_path_call

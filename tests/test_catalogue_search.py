@@ -59,6 +59,7 @@ def locmem_cache(settings):
     return settings
 
 
+@pytest.mark.exhaustive
 @settings(
     max_examples=40,
     deadline=None,

@@ -16,7 +16,7 @@ from tests.process_hygiene import server_processes_started_by
 from tests.waiting import wait_for
 from workers.runtime import RuntimeManager
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 OWNER = "runtime-test@host"
 

@@ -41,16 +41,6 @@ from django.db import close_old_connections, connection, transaction
 from django.http.request import split_domain_port, validate_host
 from redis import asyncio as aioredis
 
-from registry.catalogue.cache import (
-    CACHE_ERRORS,
-    CatalogueCache,
-    async_connection_options,
-    cache_degraded,
-    cache_trip,
-    catalogue_cache,
-    catalogue_cache_confirmed,
-    hot_cache,
-)
 from registry.catalogue.documents import (
     catalogue_etag,
     document_key,
@@ -67,6 +57,16 @@ from registry.catalogue.search import (
     search_variant,
 )
 from registry.catalogue.versions import CatalogueState, state_key
+from registry.core.cache import (
+    CACHE_ERRORS,
+    CatalogueCache,
+    async_connection_options,
+    cache_degraded,
+    cache_trip,
+    catalogue_cache,
+    catalogue_cache_confirmed,
+    hot_cache,
+)
 from registry.core.request_ids import request_id_for
 from registry.teams.tokens import (
     AgentIdentity,

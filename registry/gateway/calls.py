@@ -28,10 +28,10 @@ import jsonschema
 from django.conf import settings
 from django.db.models import Q
 
-from registry.catalogue.cache import hot_cache
 from registry.catalogue.naming import namespaced_tool_name
 from registry.catalogue.selectors import UnknownRole, catalogue_for_agent
 from registry.catalogue.versions import catalogue_state
+from registry.core.cache import hot_cache
 from registry.gateway.models import (
     DEFAULT_CALL_DEADLINE_SECONDS,
     DEFAULT_IDLE_STOP_SECONDS,

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from registry.catalogue.cache import hot_cache
 from registry.core import task_queue
+from registry.core.cache import hot_cache
 from registry.gateway.models import GatewayMode, ServerGatewayPolicy
 from registry.servers.models import McpServer, ReviewStatus, RuntimeState, ServerStatus
 
