@@ -116,7 +116,7 @@ def test_the_private_data_ratchet_refuses_connect_tools_after_confidential_data(
 
 def _ratchet_entry(conversation):
     """The Redis client and key of a conversation's private-data mark (Django's Redis cache)."""
-    from registry.catalogue.cache import hot_cache
+    from registry.core.cache import hot_cache
 
     backend = hot_cache()
     key = backend.make_and_validate_key(checks._ratchet_key(conversation))
