@@ -6,7 +6,7 @@ PostgreSQL database `toolroom_bench_search_<pid>`), migrates it, loads the label
 approved and granted to one team) and then, in a child process per database:
 
 - quality: the top 20 of `catalogue_search` for every task; recall@5 and MRR per split (`tune`,
-  the only tasks looked at while tuning, and `held_out`, never tuned on), and how many tasks'
+  the only tasks looked at while tuning, and `held_out_2`, never tuned on), and how many tasks'
   top 5 are identical (in order) on both databases;
 - latency: 16 threads, each an agent sending `GET /api/v1/catalogue?q=...&format=mcp` through
   Django's test client (in process, no HTTP server, Redis as the cache) for every task's query
@@ -267,7 +267,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10, help="per latency run")
     parser.add_argument(
         "--splits",
-        default="tune,held_out",
+        default="tune,held_out_2",
         help="which splits' quality to print; while tuning the ranking, only `tune`",
     )
     parser.add_argument("--no-latency", action="store_true", help="quality only")
