@@ -8,13 +8,15 @@ approved and granted to one team) and then, in a child process per database:
 - quality: the top 20 of `catalogue_search` for every task; recall@5 and MRR per split (`tune`,
   the only tasks looked at while tuning, and `held_out_2`, never tuned on), and how many tasks'
   top 5 are identical (in order) on both databases;
-- latency: 16 threads, each an agent sending `GET /api/v1/catalogue?q=...&format=mcp` through
-  Django's test client (in process, no HTTP server, Redis as the cache) for every task's query
-  in turn: uncached (TOOLROOM_CATALOGUE_CACHE_SECONDS=0: every answer is ranked and rendered)
-  and cached (the rendered answer comes from Redis; warmed once). p50 and p95 per request.
+- latency: uvicorn (2 workers, Redis cache, the ASGI fast path on) loaded by wrk with 16
+  connections, 16 agents each sending the next task's `GET /api/v1/catalogue?q=...&format=mcp`
+  as soon as it has its answer: uncached (TOOLROOM_CATALOGUE_CACHE_SECONDS=0: every answer is
+  matched, ranked and rendered), cached (the rendered answer kept in the process or read from
+  Redis) and cached with every answer read from Redis (bench/search/redis_only_asgi.py), side
+  by side in one run; p50, p95 and p99; and one uncached search profiled in one thread.
 
-    .venv/bin/python bench/search/run.py [--backends sqlite,postgresql] [--rounds 3]
-        [--splits tune] [--no-latency]
+    .venv/bin/python bench/search/run.py [--backends sqlite,postgresql] [--seconds 10]
+        [--splits tune] [--no-latency] [--write-top5]
 
 While tuning the ranking, run it with `--splits tune --no-latency`: the held-out tasks' scores
 and misses are then never printed (docs/search.md, "How the labelled set is used").
@@ -180,7 +182,12 @@ def http_latency(env: dict[str, str], token: str, *, seconds: int) -> dict[str, 
     )
     measured: dict[str, Any] = {}
     try:
-        for kind, cache_seconds in (("uncached", 0), ("cached", 3600)):
+        for kind, cache_seconds, app in (
+            ("uncached", 0, "registry.asgi:application"),
+            ("cached", 3600, "registry.asgi:application"),
+            # The same cached answers, every one read from Redis (none kept in the process).
+            ("cached, from Redis", 3600, "bench.search.redis_only_asgi:application"),
+        ):
             server_env = {
                 **env,
                 "TOOLROOM_PROFILE": "quickstart",
@@ -189,7 +196,7 @@ def http_latency(env: dict[str, str], token: str, *, seconds: int) -> dict[str, 
             }
             argv = [
                 sys.executable,
-                *("-m", "uvicorn", "registry.asgi:application"),
+                *("-m", "uvicorn", app),
                 *("--host", "127.0.0.1", "--port", str(PORT), "--workers", str(WORKERS)),
                 *("--no-access-log", "--log-level", "warning"),
                 *("--http", "registry.core.http_protocol:NoDelayHTTPProtocol"),
@@ -357,7 +364,7 @@ def main() -> None:
         return
     rows = []
     for backend, result in results.items():
-        for kind in ("uncached", "cached"):
+        for kind in ("uncached", "cached", "cached, from Redis"):
             run = result[kind]
             rows.append(
                 [
