@@ -24,7 +24,7 @@ from registry.catalogue.selectors import Catalogue, catalogue_for_agent
 from registry.search.index import document_fields
 from registry.search.ranking import SearchDocument, SearchModel
 from registry.search.selectors import tool_search_match
-from registry.search.text import query_terms
+from registry.search.text import query_terms, weighted_query_terms
 
 DEFAULT_SEARCH_LIMIT = 10
 MAX_SEARCH_LIMIT = 50
@@ -191,10 +191,11 @@ def catalogue_search(
     """
     kept = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
     catalogue = kept.catalogue
-    terms = query_terms(query)
+    weighted = weighted_query_terms(query)
+    terms = [term for term, _ in weighted]
     if limit <= 0 or not terms or not catalogue.tools:
         return replace(catalogue, tools=[], servers=[])
-    ranked = kept.model.rank(terms=terms, matched=tool_search_match(terms=terms), limit=limit)
+    ranked = kept.model.rank(terms=weighted, matched=tool_search_match(terms=terms), limit=limit)
     tools = [kept.by_id[tool_id] for tool_id in ranked]
     found_servers = {tool.server_id for tool in tools}
     return replace(

@@ -138,9 +138,9 @@ class SearchModel:
         """Ids of the `matched` tools of this collection, best first, at most `limit`.
 
         `terms` are stems, or (stem, weight) pairs (registry.search.text.weighted_query_terms:
-        a query's expansions count less than its own words). `matched` is what the database
-        found; a matched id outside the collection (a tool the agent may not call) is never
-        returned."""
+        a query's expansions count EXPANSION_WEIGHT times its own words). `matched` is what the
+        database found; a matched id outside the collection (a tool the agent may not call) is
+        never returned."""
         scores = {tool_id: 0.0 for tool_id in matched if tool_id in self.names}
         for item in terms:
             term, term_weight = (item, 1.0) if isinstance(item, str) else item
