@@ -14,7 +14,9 @@ measure the machine, not the gateway. For each kind and each number of concurren
 measures, alternating direct and gateway rounds, the latency of `--calls` echo calls per session
 (every session calls one after the other; the sessions run at once), and the gateway process's CPU
 seconds per call (from /proc). Both sides use the SDK `Client` in `mode="auto"` (2026-07-28).
-It also reports a cold call to each kind (server not running / no pooled session).
+It also reports a cold call to each kind (server not running / no pooled session); with
+`--cold N`, N more for `stdio` and `sandbox` after the warm rounds (each after stopping the
+runtime through the runtime workers), and the column shows their median.
 
 For `stdio` and `sandbox` a third side, `endpoint`, calls the runtime worker's private endpoint
 straight from the bench (workers/gateway/runtime_link.py, as the gateway does), which splits the
@@ -316,6 +318,26 @@ async def _measure(open_client: Any, sessions: int, calls: int) -> list[float]:
     return [value for latencies in results for value in latencies]
 
 
+def cold_calls(kind: str, open_client: Any, count: int) -> list[float]:
+    """Stop the kind's runtime (a command to the runtime worker that holds it), wait until it
+    is stopped, call it through the gateway (a start on demand); `count` times."""
+    from registry.servers.models import McpServer, RuntimeState, ServerStatus  # noqa: PLC0415
+    from registry.servers.operations.runtime import runtime_request  # noqa: PLC0415
+
+    server = McpServer.objects.get(slug=TOOLS[kind].partition("__")[0])
+    found = []
+    for _ in range(count):
+        runtime_request(server=server, action="stop", actor="bench")
+        deadline = time.monotonic() + 60
+        while ServerStatus.objects.get(server=server).runtime_state != RuntimeState.STOPPED:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{kind} did not stop within 60 s")
+            time.sleep(0.1)
+        time.sleep(1.0)  # the per-team session's process ends too
+        found += anyio.run(measure, open_client, 1, 1)
+    return found
+
+
 def cpu_now(gateway: subprocess.Popen[Any], runtime_worker: Any) -> dict[str, float]:
     """CPU seconds so far of the gateway, the runtime worker's own process and this one."""
     return {
@@ -330,6 +352,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--sessions", default="1,16,100")
     parser.add_argument("--kinds", default="http,stdio,sandbox")
+    parser.add_argument("--cold", type=int, default=0, help="more cold calls (stdio, sandbox)")
     args = parser.parse_args()
     session_counts = [int(n) for n in args.sessions.split(",")]
     kinds = args.kinds.split(",")
@@ -422,6 +445,7 @@ def main() -> int:
                 for side in ("direct", "gateway")
             }
             cold = anyio.run(measure, factories["gateway"], 1, 1)  # starts / opens upstream
+            cold_row = len(rows)
             sides = ["direct", "gateway"]
             if kind != "http":
                 factories["endpoint"] = link_factory(kind)
@@ -476,6 +500,10 @@ def main() -> int:
                     ]
                 )
                 print(rows[-1], flush=True)
+            if kind != "http" and args.cold:
+                cold += cold_calls(kind, factories["gateway"], args.cold)
+                print(f"{kind} cold calls ms: {[round(value) for value in cold]}", flush=True)
+                rows[cold_row][-1] = f"{median(cold):.0f}"
     finally:
         for process in reversed(processes):
             stop_process(process)
