@@ -61,6 +61,16 @@ class RuntimeLocation:
     def running(self) -> bool:
         return self.state == RuntimeState.RUNNING and bool(self.owner) and bool(self.address)
 
+    @property
+    def reachable(self) -> bool:
+        """A runtime worker holds the server (running, or claimed and starting) and listens:
+        a call may go to it now (it waits there for what the server still needs)."""
+        return (
+            self.state in (RuntimeState.RUNNING, RuntimeState.STARTING)
+            and bool(self.owner)
+            and bool(self.address)
+        )
+
 
 def server_runtime_location(*, server_id: int) -> RuntimeLocation:
     """Who holds the server's runtime and at which address (one query)."""
