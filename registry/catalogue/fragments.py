@@ -194,7 +194,8 @@ def _render_missing(
     row_version: dict[str, Any],
     store: FragmentStore,
 ) -> tuple[list[tuple[str, Sequence[Any]]], list[tuple[Any, ...]], list[str | None]]:
-    """Render (and keep) the fragments `statics` lacks, from one query for those tools' details.
+    """Render (and keep) the fragments `statics` lacks, from one query for those tools' details
+    (one per 999 of them on SQLite).
 
     A fragment is kept only if the row read now is the version the catalogue query saw (a write
     in between renders it for this answer alone); a tool deleted in between is left out."""
@@ -203,8 +204,12 @@ def _render_missing(
     }
     version_names = tuple(row_version)
     detail_names = ("pk", *_DETAIL_FIELDS, *version_names, *_RAW_JSON)
+    ids = list(missing)
+    per_query = connection.features.max_query_params or len(ids)  # SQLite: 999 parameters
     details = (
-        Tool.objects.filter(pk__in=list(missing))
+        detail
+        for start in range(0, len(ids), per_query)
+        for detail in Tool.objects.filter(pk__in=ids[start : start + per_query])
         .annotate(**row_version, **_RAW_JSON)
         .order_by()
         .values_list(*detail_names)
