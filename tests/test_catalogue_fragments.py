@@ -6,9 +6,12 @@ tool that changes is never served from an old fragment."""
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from registry.catalogue.formats import TOOL_FORMATS, render_tools
@@ -133,6 +136,9 @@ def test_a_changed_tool_is_rendered_again_whatever_changed_it(world):
     # A write that leaves the definition hash alone (no service does; a fragment must not care),
     # a health change, a rename of the server (new namespaced names).
     Tool.objects.filter(pk=tool_of(files, "write_file").pk).update(description="Writes, now.")
+    Tool.objects.filter(pk=tool_of(files, "read_file").pk).update(
+        input_schema={"type": "object", "properties": {"changed": {"type": "integer"}}}
+    )
     set_health(files, Health.HEALTHY)
     git.slug = "git-two"
     git.save(update_fields=["slug"])
@@ -141,7 +147,85 @@ def test_a_changed_tool_is_rendered_again_whatever_changed_it(world):
         fresh = _fragments(fmt, team, role, at=at, store=store, declared=DECLARED)
         assert fresh == _reference(fmt, team, role, at=at, declared=DECLARED)
     assert b"Writes, now." in fresh
+    assert b'"changed":{"type":"integer"}' in fresh
     assert b"git-two__log" in fresh
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_postgresql_keys_fragments_by_row_version(world):
+    """Outside a transaction (as the fast path builds) PostgreSQL's catalogue query reads each
+    tool row's version instead of its JSON; any write of the row still shows at once."""
+    team, files, _ = world
+    role = team.roles.get(name="operations")
+    store = FragmentStore()
+    at = timezone.now()
+    assert _fragments("native", team, role, at=at, store=store) == _reference(
+        "native", team, role, at=at
+    )
+
+    with CaptureQueriesContext(connection) as queries:
+        again = _fragments("native", team, role, at=at, store=store)
+    assert again == _reference("native", team, role, at=at)
+    (tools_query,) = [query["sql"] for query in queries if "servers_mcpserver" in query["sql"]]
+    assert ("input_schema" in tools_query) is (connection.vendor != "postgresql")
+    assert ("xmin" in tools_query) is (connection.vendor == "postgresql")
+
+    Tool.objects.filter(pk=tool_of(files, "read_file").pk).update(
+        input_schema={"type": "object", "properties": {"changed": {"type": "integer"}}}
+    )
+    fresh = _fragments("native", team, role, at=at, store=store)
+    assert fresh == _reference("native", team, role, at=at)
+    assert b'"changed":{"type":"integer"}' in fresh
+
+
+@contextmanager
+def _before_the_details_query(change):
+    """Run `change` once, just before the query that reads the details of tools new to the store
+    (after the catalogue query saw their rows): a write racing a build."""
+    done: list[bool] = []
+
+    def wrapper(execute, sql, params, many, context):
+        if not done and "input_schema" in sql and "servers_mcpserver" not in sql:
+            done.append(True)
+            change()
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        yield
+    assert done
+
+
+def test_a_tool_written_during_a_build_is_not_kept_under_its_old_version(world):
+    team, files, _ = world
+    role = team.roles.get(name="operations")
+    store = FragmentStore()
+    at = timezone.now()
+    target = Tool.objects.filter(pk=tool_of(files, "write_file").pk)
+    before = target.get().description
+
+    with _before_the_details_query(lambda: target.update(description="Written meanwhile.")):
+        raced = _fragments("native", team, role, at=at, store=store)
+    assert b"Written meanwhile." in raced  # the details as read: the newer ones
+
+    # Written back as it was when the catalogue query saw it: that version's fragment must not
+    # hold what the racing build read.
+    target.update(description=before)
+    again = _fragments("native", team, role, at=at, store=store)
+    assert again == _reference("native", team, role, at=at)
+    assert b"Written meanwhile." not in again
+
+
+def test_a_tool_deleted_during_a_build_is_left_out(world):
+    team, files, _ = world
+    role = team.roles.get(name="operations")
+    at = timezone.now()
+    target = tool_of(files, "write_file")
+
+    with _before_the_details_query(lambda: Tool.objects.filter(pk=target.pk).delete()):
+        document = _fragments("native", team, role, at=at, store=FragmentStore())
+
+    assert document == _reference("native", team, role, at=at)
+    assert b"write_file" not in document
 
 
 def test_the_store_keeps_at_most_its_limit():

@@ -2,13 +2,15 @@
 
 An uncached catalogue of 1,000 tools used to cost 1,000 x (three JSON columns decoded, a dataclass,
 a dict per format, every schema encoded again). Here the visibility rule's query
-(`visible_tool_rows`) returns a tool's JSON columns as the text the database holds, and the
-encoded fragment of a tool is looked up by everything it is made of: the format, its namespaced
-name, server slug, name, title, description, that text, its permission class and definition
-hash. Only a tool never seen in that exact shape is decoded and rendered (by the very functions
-of `registry.catalogue.formats`); the few parts that change without the tool changing (server
-health, when the team's access ends) are written per request. Because the key holds the inputs
-themselves, a stale fragment cannot be served, whatever wrote the row.
+(`visible_tool_rows`) returns, besides what the document shows per server, each tool's server
+slug, name and row version, and the encoded fragment of a tool is looked up by the format and
+those. Only a tool never seen in that exact version is read in full (its JSON columns as the text
+the database holds, in a second query for all such tools), decoded and rendered (by the very
+functions of `registry.catalogue.formats`); the few parts that change without the tool changing
+(server health, when the team's access ends) are written per request. The row version is
+PostgreSQL's `xmin` outside a transaction (a committed write of the row always changes it), else
+the fragment's inputs themselves (title, description, permission class, definition hash, the
+JSON texts); either way a stale fragment cannot be served, whatever wrote the row.
 
 The bytes equal `json.dumps(render_tools(...), ensure_ascii=False, separators=(",", ":"))` for
 every format; `tests/test_catalogue_fragments.py` compares them. Memory: at most
@@ -21,11 +23,14 @@ import functools
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
-from django.db.models import TextField
+from django.db import connection
+from django.db.models import F, TextField
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
 from registry.catalogue.formats import (
@@ -45,7 +50,7 @@ from registry.catalogue.selectors import (
     catalogue_preflight,
     visible_tool_rows,
 )
-from registry.servers.models import Health
+from registry.servers.models import Health, Tool
 
 FRAGMENTS_KEPT = 50_000
 
@@ -58,25 +63,42 @@ _FIELDS = (
     "server__category__slug",
     "server__category__name",
     "server__status__health",
-    # From here to the row's end (the JSON texts below come last): what a fragment is made of,
-    # its key in the store (with the format) as one slice of the row.
+    # From here to the row's end (the tool row's version comes last): what a fragment is made
+    # of, its key in the store (with the format) as one slice of the row.
     "server__slug",
     "name",
-    "title",
-    "description",
-    "permission_class",
-    "definition_hash",
 )
 _KEY_FROM = _FIELDS.index("server__slug")
 # Names are pure functions of (server slug, tool name) and cost two regular expressions each.
 _namespaced_tool_name = functools.lru_cache(maxsize=FRAGMENTS_KEPT)(namespaced_tool_name)
 
-# The JSON columns as text: decoded only for a tool whose fragment is not kept yet.
+# What a tool's fragment is made of besides its name and server slug: read (and the JSON columns
+# decoded) only for a tool whose fragment is not kept yet.
+_DETAIL_FIELDS = ("title", "description", "permission_class", "definition_hash")
+# The JSON columns as the text the database holds.
 _RAW_JSON = {
     "input_schema_text": Cast("input_schema", TextField()),
     "output_schema_text": Cast("output_schema", TextField()),
     "annotations_text": Cast("annotations", TextField()),
 }
+# The tool row's version, in the key of its fragments. PostgreSQL, outside a transaction: the
+# row's `xmin`, the transaction that wrote the version read, so every committed write of the row
+# changes it whatever wrote it, and the catalogue query need not carry 1,000 tools' JSON (about
+# 500 KB of text the database converts and sends) on every uncached answer. Inside a transaction
+# (which may write a row twice under one `xmin`) and on other databases: the fragment's inputs.
+_PG_ROW_VERSION = {"row_version": RawSQL('"servers_tool"."xmin"::text', ())}
+_CONTENT_VERSION = {
+    **{f"{name}_version": F(name) for name in _DETAIL_FIELDS},
+    **{f"{name}_version": expression for name, expression in _RAW_JSON.items()},
+}
+
+
+def _row_version() -> dict[str, Any]:
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        return _PG_ROW_VERSION
+    return _CONTENT_VERSION
+
+
 # The native entry's last keys, written per request (they change without the tool changing).
 _NATIVE_DYNAMIC = ("serverHealth", "unhealthy", "accessExpiresAt")
 
@@ -162,6 +184,54 @@ def _static_part(fmt: str, tool: CatalogueTool) -> str:
     return _dumps(tool_entry_anthropic(tool))
 
 
+def _render_missing(
+    fmt: str,
+    named: list[tuple[str, Sequence[Any]]],
+    keys: list[tuple[Any, ...]],
+    statics: list[str | None],
+    *,
+    column: dict[str, int],
+    row_version: dict[str, Any],
+    store: FragmentStore,
+) -> tuple[list[tuple[str, Sequence[Any]]], list[tuple[Any, ...]], list[str | None]]:
+    """Render (and keep) the fragments `statics` lacks, from one query for those tools' details
+    (one per 999 of them on SQLite).
+
+    A fragment is kept only if the row read now is the version the catalogue query saw (a write
+    in between renders it for this answer alone); a tool deleted in between is left out."""
+    missing = {
+        named[place][1][column["pk"]]: place for place, found in enumerate(statics) if found is None
+    }
+    version_names = tuple(row_version)
+    detail_names = ("pk", *_DETAIL_FIELDS, *version_names, *_RAW_JSON)
+    ids = list(missing)
+    per_query = connection.features.max_query_params or len(ids)  # SQLite: 999 parameters
+    details = (
+        detail
+        for start in range(0, len(ids), per_query)
+        for detail in Tool.objects.filter(pk__in=ids[start : start + per_query])
+        .annotate(**row_version, **_RAW_JSON)
+        .order_by()
+        .values_list(*detail_names)
+    )
+    for detail in details:
+        place = missing.pop(detail[0])
+        name, row = named[place]
+        by_name = {
+            **dict(zip(column, row, strict=True)),
+            **dict(zip(detail_names, detail, strict=True)),
+        }
+        static = _static_part(fmt, _tool(by_name, name, ""))
+        seen = tuple(row[column[version]] for version in version_names)
+        if seen == tuple(by_name[version] for version in version_names):
+            store.keep(keys[place], static)
+        statics[place] = static
+    if not missing:
+        return named, keys, statics
+    kept = [place for place in range(len(named)) if statics[place] is not None]
+    return [named[p] for p in kept], [keys[p] for p in kept], [statics[p] for p in kept]
+
+
 def tools_document_body(
     *,
     fmt: str,
@@ -175,8 +245,9 @@ def tools_document_body(
 ) -> bytes:
     """The encoded tools document of a format for a team's agent of a role, now (the pre-flight
     of `declared_servers` in the native format). Raises `UnknownRole` like `catalogue_for_agent`."""
+    row_version = _row_version()
     visible = visible_tool_rows(
-        team_id=team_id, role_id=role_id, category=category, at=at, fields=_FIELDS, **_RAW_JSON
+        team_id=team_id, role_id=role_id, category=category, at=at, fields=_FIELDS, **row_version
     )
     rows = visible.rows
     column = visible.columns
@@ -187,23 +258,26 @@ def tools_document_body(
         column["name"],
     )
     health_at = column["server__status__health"]
-    assert tuple(column)[_KEY_FROM:] == (*_FIELDS[_KEY_FROM:], *_RAW_JSON)  # noqa: S101
+    assert tuple(column)[_KEY_FROM:] == (*_FIELDS[_KEY_FROM:], *row_version)  # noqa: S101
     named = sorted(
         ((_namespaced_tool_name(row[slug_at], row[name_at]), row) for row in rows),
-        key=lambda pair: pair[0],
+        key=itemgetter(0),
     )
-    find, keep = store.find, store.keep
+    find = store.find
+    keys = [(fmt, *row[_KEY_FROM:]) for _, row in named]
+    statics = [find(key) for key in keys]
+    if None in statics:  # tools new in this shape: read, rendered and kept
+        named, keys, statics = _render_missing(
+            fmt, named, keys, statics, column=column, row_version=row_version, store=store
+        )
+        if len(named) != len(rows):  # a tool deleted between the two queries is left out
+            rows = [row for _, row in named]
     # Native: health and expiry, encoded; by server while no grant names a tool alone.
     tails: dict[Any, str] = {}
     by_server = not visible.tool_expiry
     parts: list[str] = []
     append = parts.append
-    for name, row in named:
-        key = (fmt, *row[_KEY_FROM:])
-        static = find(key)
-        if static is None:
-            by_name = dict(zip(column, row, strict=True))
-            static = keep(key, _static_part(fmt, _tool(by_name, name, "")))
+    for (_, row), static in zip(named, statics, strict=True):
         if fmt == "native":
             server_id = row[server_id_at]
             tail_key = server_id if by_server else (server_id, row[pk])
@@ -216,11 +290,11 @@ def tools_document_body(
                     f"{'true' if health == Health.UNHEALTHY else 'false'},"
                     f'"accessExpiresAt":{_dumps(_iso(expiry))}}}'
                 )
-            append(static + tail)
+            append(static + tail)  # type: ignore[operator]
         elif fmt == "mcp":
             append(f"{static}{_dumps(row[health_at] or Health.UNKNOWN)}}}}}}}")
         else:
-            append(static)
+            append(static)  # type: ignore[arg-type]
     tools = ",".join(parts)
     if fmt != "native":
         return f'{{"tools":[{tools}]}}'.encode()
