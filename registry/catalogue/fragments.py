@@ -264,7 +264,9 @@ def tools_document_body(
         key=itemgetter(0),
     )
     find = store.find
-    keys = [(fmt, *row[_KEY_FROM:]) for _, row in named]
+    # The tool's id too: rows written by one transaction share their `xmin`, so two servers'
+    # same-named tools could otherwise meet under one key after their slugs were swapped.
+    keys = [(fmt, row[pk], *row[_KEY_FROM:]) for _, row in named]
     statics = [find(key) for key in keys]
     if None in statics:  # tools new in this shape: read, rendered and kept
         named, keys, statics = _render_missing(
