@@ -127,8 +127,9 @@ class EgressLease:
 
     @property
     def network_mode(self) -> str:
-        """The server's network: the holder's namespace, on the kept network."""
-        return f"container:{self.entry.holder_id}"
+        """The server's network: the holder's namespace, on the kept network. By the holder's
+        name, known before it is created: the engine looks it up when the server starts."""
+        return f"container:{self.entry.holder_name}"
 
 
 class EgressPool:
@@ -147,11 +148,13 @@ class EgressPool:
 
     # --- a session's use ------------------------------------------------------------------------
 
-    def lease(self, engine: Engine, spec: ContainerSpec, *, timeout: float = 60.0) -> EgressLease:
-        """The standing network for `spec`'s server and policy, made now if there is none.
+    def lease(self, engine: Engine, spec: ContainerSpec) -> EgressLease:
+        """The standing network for `spec`'s server and policy, or a fresh one to make.
 
-        A fresh lease's caller must then `start_proxy` (in parallel with its server); every
-        caller must `release` it when its session ends, whatever happened.
+        A fresh lease's caller must then `make` it (the network, holder and proxy, at once; the
+        server's container can be created meanwhile: `network_mode` names the holder); every
+        caller must `wait_created` before starting the server, and `release` the lease when its
+        session ends, whatever happened.
         """
         policy = egress_policy(spec.egress_allowlist)
         key = (str(engine.api.base_url), spec.owner, spec.server_key, policy)
@@ -182,30 +185,100 @@ class EgressPool:
             entry.users += 1
         for old in superseded:
             self._remove(engine, old)
-        lease = EgressLease(entry, fresh)
-        if fresh:
+        return EgressLease(entry, fresh)
+
+    def make(
+        self,
+        engine: Engine,
+        lease: EgressLease,
+        spec: ContainerSpec,
+        *,
+        image: Callable[[], str],
+        timeout: float,
+    ) -> None:
+        """Make a fresh lease's network, holder and proxy, at the same time: the containers are
+        created (they name the network, which the engine checks only at start) while the
+        network is, and each starts once it exists. Returns when all three are started: the
+        holder's start sets `created` (the server may start then), the proxy's READY line
+        `ready`. `image`: the proxy image's reference."""
+        entry = lease.entry
+        network_made = threading.Event()
+        holder_started = threading.Event()
+        failures: list[BaseException] = []
+
+        def branch(work: Callable[[], None], what: str) -> None:
             try:
-                entry.network_id = networks.create_session_network(
-                    engine, entry.network_name, self._labels(spec, entry, role="network")
-                )
-                self._start_holder(engine, spec, entry)
+                work()
             except BaseException as exc:
-                self._fail(entry, f"the session network could not be made: {exc}")
-                raise
-            finally:
-                entry.created.set()
-        elif not entry.created.wait(timeout) or not entry.holder_id or entry.dead:
-            self.release(engine, lease)
+                failures.append(exc)
+                self._fail(entry, f"{what}: {exc}")
+                network_made.set()  # the others must not wait for what will not come
+                holder_started.set()
+
+        def network() -> None:
+            entry.network_id = networks.create_session_network(
+                engine, entry.network_name, self._labels(spec, entry, role="network")
+            )
+            network_made.set()
+
+        def holder() -> None:
+            self._create_holder(engine, spec, entry)
+            network_made.wait(timeout)
+            if entry.dead:
+                return
+            engine.api.start(entry.holder_id)
+            entry.created.set()
+            holder_started.set()
+
+        def proxy() -> None:
+            self._create_proxy(engine, spec, entry, image=image())
+            network_made.wait(timeout)
+            if entry.dead:
+                return
+            engine.api.connect_container_to_network(
+                entry.proxy_id, entry.network_id, aliases=[networks.PROXY_ALIAS]
+            )
+            # After the holder's: starts on networks take the engine's locks (and iptables')
+            # in turn, and the holder's is what the server waits for.
+            holder_started.wait(timeout)
+            if entry.dead:
+                return
+            engine.api.start(entry.proxy_id)
+
+        threads = [
+            threading.Thread(
+                target=branch, args=(work, what), name=f"egress-{what}-{spec.server_key}"
+            )
+            for work, what in (
+                (holder, "the network namespace's holder could not start"),
+                (proxy, "the egress proxy could not start"),
+            )
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            branch(network, "the session network could not be made")
+        finally:
+            for thread in threads:
+                thread.join()
+            entry.created.set()
+        if failures:
+            raise failures[0]
+
+    def wait_created(self, lease: EgressLease, *, timeout: float) -> None:
+        """Wait until the lease's holder runs: the server's container may start then."""
+        entry = lease.entry
+        if not entry.created.wait(timeout) or entry.dead:
             raise SandboxError(
-                f"The egress network of {spec.server_key} is not there: "
+                f"The egress network of {entry.server_key} is not there: "
                 + (entry.failure or "it was not made in time")
             )
-        return lease
 
-    def _start_holder(self, engine: Engine, spec: ContainerSpec, entry: StandingEgress) -> None:
+    def _create_holder(self, engine: Engine, spec: ContainerSpec, entry: StandingEgress) -> None:
         """The container whose network namespace (on the kept network only) the server's
         containers join: starting a container in an existing namespace costs less than
-        attaching it to a network (no interface, address or DNS set up at each start)."""
+        attaching it to a network (no interface, address or DNS set up at each start).
+        Created and attached to here; started once the network exists."""
         host_config = engine.api.create_host_config(
             **hardened_host_config(
                 memory_mb=HOLDER_MEMORY_MB,
@@ -213,7 +286,7 @@ class EgressPool:
                 pids_limit=HOLDER_PIDS,
                 read_only_root=True,
                 tmpfs_mb=1,
-                network_mode=entry.network_id,
+                network_mode=entry.network_name,
                 dns=networks.ISOLATED_DNS,
             ),
             dns_opt=list(networks.ISOLATED_DNS_OPTIONS),
@@ -239,36 +312,28 @@ class EgressPool:
             name=f"egress-netns-{spec.server_key}",
             daemon=True,
         ).start()
-        engine.api.start(entry.holder_id)
 
-    def start_proxy(
-        self, engine: Engine, lease: EgressLease, spec: ContainerSpec, *, image: str, timeout: float
+    def _create_proxy(
+        self, engine: Engine, spec: ContainerSpec, entry: StandingEgress, *, image: str
     ) -> None:
-        """Create, attach to and start the proxy of a fresh lease; return once it listens."""
-        entry = lease.entry
-        try:
-            egress = networks.ensure_egress_network(engine)
-            entry.proxy_id = networks.create_proxy_container(
-                engine,
-                image=image,
-                name=entry.proxy_name,
-                allowlist=list(spec.egress_allowlist),
-                labels=self._labels(spec, entry, role="proxy"),
-                egress_network_id=egress,
-                session_network_id=entry.network_id,
-            )
-            entry.sock = container_attach_socket(engine, entry.proxy_id, stdin=True, blocking=True)
-            threading.Thread(
-                target=self._read_proxy,
-                args=(entry, entry.sock),
-                name=f"egress-proxy-{spec.server_key}",
-                daemon=True,
-            ).start()
-            engine.api.start(entry.proxy_id)
-        except BaseException as exc:
-            self._fail(entry, f"the egress proxy could not start: {exc}")
-            raise
-        self.wait_ready(lease, timeout=timeout)
+        """The proxy, created on the egress bridge and attached to (its READY line is read);
+        connected to the session network and started once that exists."""
+        egress = networks.ensure_egress_network(engine)
+        entry.proxy_id = networks.create_proxy_container(
+            engine,
+            image=image,
+            name=entry.proxy_name,
+            allowlist=list(spec.egress_allowlist),
+            labels=self._labels(spec, entry, role="proxy"),
+            egress_network_id=egress,
+        )
+        entry.sock = container_attach_socket(engine, entry.proxy_id, stdin=True, blocking=True)
+        threading.Thread(
+            target=self._read_proxy,
+            args=(entry, entry.sock),
+            name=f"egress-proxy-{spec.server_key}",
+            daemon=True,
+        ).start()
 
     def prepare(
         self,
@@ -281,12 +346,12 @@ class EgressPool:
         """Make `spec`'s network and proxy ahead of its session (while its image is resolved,
         say), and keep them for it; True when they were made now. `image`: the proxy image's
         reference, asked for only when one is made."""
-        lease = self.lease(engine, spec, timeout=timeout)
+        lease = self.lease(engine, spec)
         try:
             if lease.fresh:
-                self.start_proxy(engine, lease, spec, image=image(), timeout=timeout)
-            else:
-                self.wait_ready(lease, timeout=timeout)
+                self.make(engine, lease, spec, image=image, timeout=timeout)
+            self.wait_created(lease, timeout=timeout)
+            self.wait_ready(lease, timeout=timeout)
         finally:
             self.release(engine, lease)
         return lease.fresh
@@ -309,6 +374,9 @@ class EgressPool:
     def release(self, engine: Engine, lease: EgressLease, log: deque[str] | None = None) -> None:
         """The session is over: the network stays for the next one, unless it must go."""
         entry = lease.entry
+        if lease.fresh and not entry.created.is_set():  # its maker never got to make it
+            self._fail(entry, "it was not made")
+            entry.created.set()
         with self._lock:
             if log is not None:
                 with contextlib.suppress(ValueError):
@@ -518,23 +586,32 @@ def remove_stale_egress(
     return removed
 
 
-def _in_use(engine: Engine, server: str, roles: Mapping[str, str]) -> bool:
-    """A server's container is on the network, or in the namespace of its holder."""
-    if any(role not in ("proxy", ROLE_HOLDER) for role in roles.values()):
+def _in_use(engine: Engine, server: str, roles: Mapping[str, tuple[str, str]]) -> bool:
+    """A server's container is on the network, or in the namespace of its holder (named by ID
+    or by name: sessions name the holder, see `EgressLease.network_mode`)."""
+    if any(role not in ("proxy", ROLE_HOLDER) for role, _name in roles.values()):
         return True
-    holders = {f"container:{cid}" for cid, role in roles.items() if role == ROLE_HOLDER}
+    holders = {
+        f"container:{ident}"
+        for cid, (role, name) in roles.items()
+        if role == ROLE_HOLDER
+        for ident in (cid, name)
+        if ident
+    }
     servers = engine.api.containers(
         all=True, filters={"label": [f"{LABEL_SERVER}={server}", f"{LABEL_ROLE}=server"]}
     )
     return any((c.get("HostConfig") or {}).get("NetworkMode") in holders for c in servers)
 
 
-def _role_of(engine: Engine, container_id: str) -> str:
+def _role_of(engine: Engine, container_id: str) -> tuple[str, str]:
+    """The container's role label and name."""
     try:
-        labels = engine.api.inspect_container(container_id)["Config"].get("Labels") or {}
+        found = engine.api.inspect_container(container_id)
     except docker.errors.NotFound:
-        return "proxy"  # gone already
-    return str(labels.get(LABEL_ROLE, ""))
+        return "proxy", ""  # gone already
+    labels = found["Config"].get("Labels") or {}
+    return str(labels.get(LABEL_ROLE, "")), str(found.get("Name", "")).lstrip("/")
 
 
 EGRESS_POOL = EgressPool()
