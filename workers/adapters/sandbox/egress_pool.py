@@ -215,6 +215,11 @@ class EgressPool:
                 network_made.set()  # the others must not wait for what will not come
                 holder_started.set()
 
+        def go_on(step: threading.Event) -> bool:
+            """Wait for `step`; False when another branch failed meanwhile."""
+            step.wait(timeout)
+            return not entry.dead
+
         def network() -> None:
             entry.network_id = networks.create_session_network(
                 engine, entry.network_name, self._labels(spec, entry, role="network")
@@ -223,8 +228,7 @@ class EgressPool:
 
         def holder() -> None:
             self._create_holder(engine, spec, entry)
-            network_made.wait(timeout)
-            if entry.dead:
+            if not go_on(network_made):
                 return
             engine.api.start(entry.holder_id)
             entry.created.set()
@@ -232,16 +236,14 @@ class EgressPool:
 
         def proxy() -> None:
             self._create_proxy(engine, spec, entry, image=image())
-            network_made.wait(timeout)
-            if entry.dead:
+            if not go_on(network_made):
                 return
             engine.api.connect_container_to_network(
                 entry.proxy_id, entry.network_id, aliases=[networks.PROXY_ALIAS]
             )
             # After the holder's: starts on networks take the engine's locks (and iptables')
             # in turn, and the holder's is what the server waits for.
-            holder_started.wait(timeout)
-            if entry.dead:
+            if not go_on(holder_started):
                 return
             engine.api.start(entry.proxy_id)
 
