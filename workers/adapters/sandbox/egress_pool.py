@@ -102,8 +102,11 @@ class StandingEgress:
     retired: bool = False  # superseded by another policy, or being removed: never handed out
     dead: bool = False  # the proxy is gone (or never came up)
     failure: str = ""
-    created: threading.Event = field(default_factory=threading.Event)
-    ready: threading.Event = field(default_factory=threading.Event)
+    network_made: threading.Event = field(default_factory=threading.Event)
+    # The first session's server has started (or will not): the proxy and holder start then.
+    first_server_went: threading.Event = field(default_factory=threading.Event)
+    created: threading.Event = field(default_factory=threading.Event)  # the holder runs
+    ready: threading.Event = field(default_factory=threading.Event)  # the proxy listens
     log: deque[str] = field(default_factory=lambda: deque(maxlen=50))
     listeners: list[deque[str]] = field(default_factory=list)
     sock: socket.socket | None = None  # the proxy's attach connection (its stdin)
@@ -127,8 +130,11 @@ class EgressLease:
 
     @property
     def network_mode(self) -> str:
-        """The server's network: the holder's namespace, on the kept network. By the holder's
-        name, known before it is created: the engine looks it up when the server starts."""
+        """The server's network. The session that makes the network (`fresh`) is on it itself:
+        its start does not wait for the holder's. Later ones join the holder's namespace, named
+        by the holder's name (the engine looks it up when the server starts)."""
+        if self.fresh:
+            return self.entry.network_name
         return f"container:{self.entry.holder_name}"
 
 
@@ -198,12 +204,14 @@ class EgressPool:
     ) -> None:
         """Make a fresh lease's network, holder and proxy, at the same time: the containers are
         created (they name the network, which the engine checks only at start) while the
-        network is, and each starts once it exists. Returns when all three are started: the
-        holder's start sets `created` (the server may start then), the proxy's READY line
-        `ready`. `image`: the proxy image's reference."""
+        network is (`network_made`: the first session's server, on the network itself, may
+        start then). Once that server started (`server_went`; at once without one: `prepare`)
+        the proxy starts, then the holder: starts on a network take the engine's locks in
+        turn, and the server's is what its session waits for first. Returns when all three are
+        started: the holder's start sets `created`, the proxy's READY line `ready`.
+        `image`: the proxy image's reference."""
         entry = lease.entry
-        network_made = threading.Event()
-        holder_started = threading.Event()
+        proxy_started = threading.Event()
         failures: list[BaseException] = []
 
         def branch(work: Callable[[], None], what: str) -> None:
@@ -212,8 +220,9 @@ class EgressPool:
             except BaseException as exc:
                 failures.append(exc)
                 self._fail(entry, f"{what}: {exc}")
-                network_made.set()  # the others must not wait for what will not come
-                holder_started.set()
+                # The others must not wait for what will not come.
+                entry.network_made.set()
+                proxy_started.set()
 
         def go_on(step: threading.Event) -> bool:
             """Wait for `step`; False when another branch failed meanwhile."""
@@ -224,28 +233,26 @@ class EgressPool:
             entry.network_id = networks.create_session_network(
                 engine, entry.network_name, self._labels(spec, entry, role="network")
             )
-            network_made.set()
-
-        def holder() -> None:
-            self._create_holder(engine, spec, entry)
-            if not go_on(network_made):
-                return
-            engine.api.start(entry.holder_id)
-            entry.created.set()
-            holder_started.set()
+            entry.network_made.set()
 
         def proxy() -> None:
             self._create_proxy(engine, spec, entry, image=image())
-            if not go_on(network_made):
+            if not go_on(entry.network_made):
                 return
             engine.api.connect_container_to_network(
                 entry.proxy_id, entry.network_id, aliases=[networks.PROXY_ALIAS]
             )
-            # After the holder's: starts on networks take the engine's locks (and iptables')
-            # in turn, and the holder's is what the server waits for.
-            if not go_on(holder_started):
+            if not go_on(entry.first_server_went):
                 return
             engine.api.start(entry.proxy_id)
+            proxy_started.set()
+
+        def holder() -> None:
+            self._create_holder(engine, spec, entry)
+            if not go_on(proxy_started):
+                return
+            engine.api.start(entry.holder_id)
+            entry.created.set()
 
         threads = [
             threading.Thread(
@@ -266,6 +273,19 @@ class EgressPool:
             entry.created.set()
         if failures:
             raise failures[0]
+
+    def wait_network(self, lease: EgressLease, *, timeout: float) -> None:
+        """Wait until a fresh lease's network exists: its server may start then."""
+        entry = lease.entry
+        if not entry.network_made.wait(timeout) or entry.dead:
+            raise SandboxError(
+                f"The egress network of {entry.server_key} is not there: "
+                + (entry.failure or "it was not made in time")
+            )
+
+    def server_went(self, lease: EgressLease) -> None:
+        """A fresh lease's server started (or will not): the proxy and holder start now."""
+        lease.entry.first_server_went.set()
 
     def wait_created(self, lease: EgressLease, *, timeout: float) -> None:
         """Wait until the lease's holder runs: the server's container may start then."""
@@ -351,6 +371,7 @@ class EgressPool:
         lease = self.lease(engine, spec)
         try:
             if lease.fresh:
+                self.server_went(lease)  # none here
                 self.make(engine, lease, spec, image=image, timeout=timeout)
             self.wait_created(lease, timeout=timeout)
             self.wait_ready(lease, timeout=timeout)
@@ -378,7 +399,8 @@ class EgressPool:
         entry = lease.entry
         if lease.fresh and not entry.created.is_set():  # its maker never got to make it
             self._fail(entry, "it was not made")
-            entry.created.set()
+            for event in (entry.network_made, entry.first_server_went, entry.created):
+                event.set()
         with self._lock:
             if log is not None:
                 with contextlib.suppress(ValueError):

@@ -279,21 +279,28 @@ class SandboxTransport:
             state.network_id = network_mode = network_id
             dns, dns_options = networks.ISOLATED_DNS, networks.ISOLATED_DNS_OPTIONS
         elif spec.network_mode == "proxied":
-            # The server's network and proxy are kept across its sessions (egress_pool): a
-            # session finds them ready, or makes them while its server's container is created
-            # (the server finds the proxy by its alias on the network). The server starts once
-            # the network's holder runs; the session opens once the proxy listens too.
-            lease = state.egress = await _engine_call(self._egress_pool.lease, engine, spec)
-            self._egress_pool.listen(lease, self.proxy_log)
-            # The server joins the namespace of the network's holder: no interface to set up
-            # at each start; its DNS settings are the holder's (isolated, as above).
+            # The server's network and proxy are kept across its sessions (egress_pool). The
+            # session that makes them is on the network itself: its container is created while
+            # the network is, and starts once it exists; the proxy (found by its alias on the
+            # network) and the network's holder start after it. Later sessions join the
+            # holder's namespace (no interface to set up at each start; its DNS settings are
+            # the holder's, isolated as above) and start once it runs. The session opens once
+            # the proxy listens.
+            pool = self._egress_pool
+            lease = state.egress = await _engine_call(pool.lease, engine, spec)
+            pool.listen(lease, self.proxy_log)
             network_mode = lease.network_mode
             env.update(networks.proxy_environment(networks.PROXY_ALIAS))
             if lease.fresh:
+                dns, dns_options = networks.ISOLATED_DNS, networks.ISOLATED_DNS_OPTIONS
                 make = functools.partial(self._make_egress, engine, lease)
-            before_start = functools.partial(
-                _engine_call, self._egress_pool.wait_created, lease, timeout=self._start_timeout
-            )
+                before_start = functools.partial(
+                    _engine_call, pool.wait_network, lease, timeout=self._start_timeout
+                )
+            else:
+                before_start = functools.partial(
+                    _engine_call, pool.wait_created, lease, timeout=self._start_timeout
+                )
         elif spec.network_mode == "bridge":
             network_mode = await _engine_call(networks.ensure_egress_network, engine)
         start_server = functools.partial(
@@ -312,7 +319,11 @@ class SandboxTransport:
             try:
                 async with anyio.create_task_group() as group:
                     group.start_soon(make)
-                    await start_server()
+                    try:
+                        await start_server()
+                    finally:
+                        if state.egress is not None:
+                            self._egress_pool.server_went(state.egress)
             except BaseExceptionGroup as failures:
                 # One failure is the story (the other task was cancelled because of it).
                 first = failures.exceptions[0]
