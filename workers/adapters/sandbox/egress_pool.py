@@ -6,7 +6,9 @@ egress policy and kept, with a holder container on the network whose namespace t
 containers join (starting a container in an existing namespace skips the interface, address and
 DNS set-up). The next session of the same server in this process (a restarted runtime, the next
 discovery or health check) creates only its own container, with the proxy already listening.
-Sessions of the same server at once share them. `prepare` makes them ahead of a session.
+Sessions of the same server at once share them. `prepare` makes them ahead of a session; a
+session that finds none makes them while its own container is created (`make`: all at once, the
+server on the new network itself so that its start waits for no other).
 
 - **Keyed** by engine, owner, server and the policy (`egress_policy`: a hash of the allowlist).
   A session with another allowlist for the same server retires the old network and proxy: they
@@ -106,6 +108,11 @@ class StandingEgress:
     # The first session's server has started (or will not): the proxy and holder start then.
     first_server_went: threading.Event = field(default_factory=threading.Event)
     created: threading.Event = field(default_factory=threading.Event)  # the holder runs
+    # `make` has nothing more under way (its last step, the holder's start, is done or failed)
+    settled: threading.Event = field(default_factory=threading.Event)
+    # A session other than the first wants the holder, or the first one ended: it starts.
+    holder_wanted: threading.Event = field(default_factory=threading.Event)
+    making: bool = False
     ready: threading.Event = field(default_factory=threading.Event)  # the proxy listens
     log: deque[str] = field(default_factory=lambda: deque(maxlen=50))
     listeners: list[deque[str]] = field(default_factory=list)
@@ -158,9 +165,10 @@ class EgressPool:
         """The standing network for `spec`'s server and policy, or a fresh one to make.
 
         A fresh lease's caller must then `make` it (the network, holder and proxy, at once; the
-        server's container can be created meanwhile: `network_mode` names the holder); every
-        caller must `wait_created` before starting the server, and `release` the lease when its
-        session ends, whatever happened.
+        server's container can be created meanwhile, `network_mode` names what it joins), start
+        its server after `wait_network` and call `server_went` once it started (or failed). A
+        kept lease's caller starts its server after `wait_created`. Every caller must `release`
+        the lease when its session ends, whatever happened.
         """
         policy = egress_policy(spec.egress_allowlist)
         key = (str(engine.api.base_url), spec.owner, spec.server_key, policy)
@@ -189,6 +197,8 @@ class EgressPool:
                 )
                 self._entries[key] = entry
             entry.users += 1
+            if not fresh:
+                entry.holder_wanted.set()
         for old in superseded:
             self._remove(engine, old)
         return EgressLease(entry, fresh)
@@ -206,10 +216,12 @@ class EgressPool:
         created (they name the network, which the engine checks only at start) while the
         network is (`network_made`: the first session's server, on the network itself, may
         start then). Once that server started (`server_went`; at once without one: `prepare`)
-        the proxy starts, then the holder: starts on a network take the engine's locks in
-        turn, and the server's is what its session waits for first. Returns when all three are
-        started: the holder's start sets `created`, the proxy's READY line `ready`.
-        `image`: the proxy image's reference."""
+        the proxy starts: starts on a network take the engine's locks in turn, and the server's
+        is what its session waits for first. Returns when the proxy is started (its READY line
+        sets `ready`). The holder, which only later sessions need, starts in the background
+        once the proxy listens and another session wants it or the first one ended (or
+        `timeout` later): `created` when it runs, `settled` when done either way (`_remove`
+        waits for that). `image`: the proxy image's reference."""
         entry = lease.entry
         proxy_started = threading.Event()
         failures: list[BaseException] = []
@@ -220,14 +232,14 @@ class EgressPool:
             except BaseException as exc:
                 failures.append(exc)
                 self._fail(entry, f"{what}: {exc}")
-                # The others must not wait for what will not come.
+                # The others must not wait for what will not come (`_fail` sets `ready`).
                 entry.network_made.set()
                 proxy_started.set()
 
         def go_on(step: threading.Event) -> bool:
-            """Wait for `step`; False when another branch failed meanwhile."""
+            """Wait for `step`; False when another branch failed (or all goes) meanwhile."""
             step.wait(timeout)
-            return not entry.dead
+            return not (entry.dead or entry.retired)
 
         def network() -> None:
             entry.network_id = networks.create_session_network(
@@ -248,29 +260,40 @@ class EgressPool:
             proxy_started.set()
 
         def holder() -> None:
-            self._create_holder(engine, spec, entry)
-            if not go_on(proxy_started):
+            # Only once another session needs it or the first one ended (or `timeout` later):
+            # a start takes CPU the first session's server and proxy need for their own. Not
+            # created before either: a created container that never started would not follow
+            # a dying worker (its stdin is not open yet).
+            if not go_on(proxy_started) or not go_on(entry.ready):
                 return
+            if not go_on(entry.holder_wanted):
+                return
+            self._create_holder(engine, spec, entry)
             engine.api.start(entry.holder_id)
-            entry.created.set()
 
-        threads = [
-            threading.Thread(
-                target=branch, args=(work, what), name=f"egress-{what}-{spec.server_key}"
-            )
-            for work, what in (
-                (holder, "the network namespace's holder could not start"),
-                (proxy, "the egress proxy could not start"),
-            )
-        ]
-        for thread in threads:
-            thread.start()
+        def holder_branch() -> None:
+            try:
+                branch(holder, "the network namespace's holder could not start")
+            finally:  # after a failure is recorded: waiters see it
+                entry.created.set()
+                entry.settled.set()
+
+        entry.making = True
+        threading.Thread(
+            target=holder_branch,
+            name=f"egress-netns-start-{spec.server_key}",
+            daemon=True,
+        ).start()
+        proxy_thread = threading.Thread(
+            target=branch,
+            args=(proxy, "the egress proxy could not start"),
+            name=f"egress-proxy-start-{spec.server_key}",
+        )
+        proxy_thread.start()
         try:
             branch(network, "the session network could not be made")
         finally:
-            for thread in threads:
-                thread.join()
-            entry.created.set()
+            proxy_thread.join()
         if failures:
             raise failures[0]
 
@@ -300,7 +323,7 @@ class EgressPool:
         """The container whose network namespace (on the kept network only) the server's
         containers join: starting a container in an existing namespace costs less than
         attaching it to a network (no interface, address or DNS set up at each start).
-        Created and attached to here; started once the network exists."""
+        Created and attached to here (before its start: it follows a dying worker)."""
         host_config = engine.api.create_host_config(
             **hardened_host_config(
                 memory_mb=HOLDER_MEMORY_MB,
@@ -372,6 +395,7 @@ class EgressPool:
         try:
             if lease.fresh:
                 self.server_went(lease)  # none here
+                lease.entry.holder_wanted.set()
                 self.make(engine, lease, spec, image=image, timeout=timeout)
             self.wait_created(lease, timeout=timeout)
             self.wait_ready(lease, timeout=timeout)
@@ -397,7 +421,8 @@ class EgressPool:
     def release(self, engine: Engine, lease: EgressLease, log: deque[str] | None = None) -> None:
         """The session is over: the network stays for the next one, unless it must go."""
         entry = lease.entry
-        if lease.fresh and not entry.created.is_set():  # its maker never got to make it
+        entry.holder_wanted.set()
+        if lease.fresh and not entry.making:  # its maker never got to make it
             self._fail(entry, "it was not made")
             for event in (entry.network_made, entry.first_server_went, entry.created):
                 event.set()
@@ -451,6 +476,8 @@ class EgressPool:
 
     def _remove(self, engine: Engine, entry: StandingEgress) -> None:
         entry.retired = True
+        if entry.making:  # its holder may still be starting
+            entry.settled.wait(REMOVE_TIMEOUT)
         for sock in (entry.sock, entry.holder_sock):
             if sock is not None:
                 # Their stdin closes (they exit by themselves); shutdown also wakes the readers.
