@@ -282,7 +282,7 @@ class SandboxTransport:
             # The server's network and proxy are kept across its sessions (egress_pool). The
             # session that makes them is on the network itself: its container is created while
             # the network is, and starts once it exists; the proxy (found by its alias on the
-            # network) and the network's holder start after it. Later sessions join the
+            # network) starts after it, the network's holder later. Later sessions join the
             # holder's namespace (no interface to set up at each start; its DNS settings are
             # the holder's, isolated as above) and start once it runs. The session opens once
             # the proxy listens.
