@@ -570,6 +570,7 @@ async def test_a_restarted_proxied_server_reuses_its_network_and_proxy(
         egress_allowlist=[f"{bridge_address}:{allowed}"],
     )
     seen: list[tuple[str, str, bool]] = []
+    modes: list[str] = []
     logs = []
     for _ in range(2):
         transport = sandbox_transport(spec, engine=engine, egress_pool=pool)
@@ -581,6 +582,8 @@ async def test_a_restarted_proxied_server_reuses_its_network_and_proxy(
             assert refused.startswith("403 Toolroom egress proxy:")
             [entry] = pool.entries()
             seen.append((entry.network_id, entry.proxy_id, transport.container_id is not None))
+            host_config = engine.api.inspect_container(transport.container_id)["HostConfig"]
+            modes.append(host_config["NetworkMode"])
         logs.append(list(transport.proxy_log))
         # The session is over; its network and proxy stay for the next one.
         assert exists(engine, "network", entry.network_id)
@@ -588,6 +591,12 @@ async def test_a_restarted_proxied_server_reuses_its_network_and_proxy(
         assert entry.users == 0
 
     assert seen[0] == seen[1], "the second session made a network and proxy of its own"
+    # The session that made the network was on it itself (its start did not wait for the
+    # holder's); the next one ran in the holder's namespace.
+    assert modes[0] == entry.network_name
+    assert modes[1] in (f"container:{entry.holder_id}", f"container:{entry.holder_name}")
+    holder = engine.api.inspect_container(entry.holder_id)["NetworkSettings"]["Networks"]
+    assert [n["NetworkID"] for n in holder.values()] == [entry.network_id]
     # Each session's log has its own decisions, not the other's.
     for log in logs:
         assert sum(line.startswith(f"allow GET {bridge_address}:{allowed}") for line in log) == 1
@@ -726,3 +735,35 @@ async def test_a_network_prepared_ahead_is_the_one_the_first_session_finds(engin
         assert host_config["NetworkMode"] == f"container:{prepared.holder_id}"
         holder = engine.api.inspect_container(prepared.holder_id)["NetworkSettings"]["Networks"]
         assert [n["NetworkID"] for n in holder.values()] == [prepared.network_id]
+
+
+async def test_a_first_session_whose_server_cannot_start_still_leaves_a_usable_network(
+    engine, images, pool
+):
+    # The network, holder and proxy are made while the server's container is created; the
+    # server's fails (no such image), and what was made alongside is made whole and kept.
+    server_key = new_server_key()
+    broken = hostile(
+        images, server_key=server_key, network_mode="proxied", image="toolroom/no-such:image"
+    )
+    with pytest.raises(SandboxError, match="is not on the engine"):
+        async with Client(sandbox_transport(broken, engine=engine, egress_pool=pool)):
+            pass
+    [entry] = pool.entries()
+    assert entry.usable
+    assert entry.users == 0
+    # The proxy started all the same; the holder once the session ended.
+    await until(entry.ready.is_set)
+    await until(entry.created.is_set)
+
+    spec = hostile(images, server_key=server_key, network_mode="proxied")
+    transport = sandbox_transport(spec, engine=engine, egress_pool=pool)
+    async with Client(transport) as client:
+        assert await call(client, "echo", text="after") == "after"
+        assert pool.entries() == [entry]
+        host_config = engine.api.inspect_container(transport.container_id)["HostConfig"]
+        assert host_config["NetworkMode"] in (
+            f"container:{entry.holder_id}",
+            f"container:{entry.holder_name}",
+        )
+    assert kept_networks(engine, server_key) == [entry.network_id]

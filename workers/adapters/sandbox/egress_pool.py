@@ -6,7 +6,9 @@ egress policy and kept, with a holder container on the network whose namespace t
 containers join (starting a container in an existing namespace skips the interface, address and
 DNS set-up). The next session of the same server in this process (a restarted runtime, the next
 discovery or health check) creates only its own container, with the proxy already listening.
-Sessions of the same server at once share them. `prepare` makes them ahead of a session.
+Sessions of the same server at once share them. `prepare` makes them ahead of a session; a
+session that finds none makes them while its own container is created (`make`: all at once, the
+server on the new network itself so that its start waits for no other).
 
 - **Keyed** by engine, owner, server and the policy (`egress_policy`: a hash of the allowlist).
   A session with another allowlist for the same server retires the old network and proxy: they
@@ -102,8 +104,16 @@ class StandingEgress:
     retired: bool = False  # superseded by another policy, or being removed: never handed out
     dead: bool = False  # the proxy is gone (or never came up)
     failure: str = ""
-    created: threading.Event = field(default_factory=threading.Event)
-    ready: threading.Event = field(default_factory=threading.Event)
+    network_made: threading.Event = field(default_factory=threading.Event)
+    # The first session's server has started (or will not): the proxy and holder start then.
+    first_server_went: threading.Event = field(default_factory=threading.Event)
+    created: threading.Event = field(default_factory=threading.Event)  # the holder runs
+    # `make` has nothing more under way (its last step, the holder's start, is done or failed)
+    settled: threading.Event = field(default_factory=threading.Event)
+    # A session other than the first wants the holder, or the first one ended: it starts.
+    holder_wanted: threading.Event = field(default_factory=threading.Event)
+    making: bool = False
+    ready: threading.Event = field(default_factory=threading.Event)  # the proxy listens
     log: deque[str] = field(default_factory=lambda: deque(maxlen=50))
     listeners: list[deque[str]] = field(default_factory=list)
     sock: socket.socket | None = None  # the proxy's attach connection (its stdin)
@@ -127,8 +137,12 @@ class EgressLease:
 
     @property
     def network_mode(self) -> str:
-        """The server's network: the holder's namespace, on the kept network."""
-        return f"container:{self.entry.holder_id}"
+        """The server's network. The session that makes the network (`fresh`) is on it itself:
+        its start does not wait for the holder's. Later ones join the holder's namespace, named
+        by the holder's name (the engine looks it up when the server starts)."""
+        if self.fresh:
+            return self.entry.network_name
+        return f"container:{self.entry.holder_name}"
 
 
 class EgressPool:
@@ -147,11 +161,14 @@ class EgressPool:
 
     # --- a session's use ------------------------------------------------------------------------
 
-    def lease(self, engine: Engine, spec: ContainerSpec, *, timeout: float = 60.0) -> EgressLease:
-        """The standing network for `spec`'s server and policy, made now if there is none.
+    def lease(self, engine: Engine, spec: ContainerSpec) -> EgressLease:
+        """The standing network for `spec`'s server and policy, or a fresh one to make.
 
-        A fresh lease's caller must then `start_proxy` (in parallel with its server); every
-        caller must `release` it when its session ends, whatever happened.
+        A fresh lease's caller must then `make` it (the network, holder and proxy, at once; the
+        server's container can be created meanwhile, `network_mode` names what it joins), start
+        its server after `wait_network` and call `server_went` once it started (or failed). A
+        kept lease's caller starts its server after `wait_created`. Every caller must `release`
+        the lease when its session ends, whatever happened.
         """
         policy = egress_policy(spec.egress_allowlist)
         key = (str(engine.api.base_url), spec.owner, spec.server_key, policy)
@@ -180,32 +197,133 @@ class EgressPool:
                 )
                 self._entries[key] = entry
             entry.users += 1
+            if not fresh:
+                entry.holder_wanted.set()
         for old in superseded:
             self._remove(engine, old)
-        lease = EgressLease(entry, fresh)
-        if fresh:
+        return EgressLease(entry, fresh)
+
+    def make(
+        self,
+        engine: Engine,
+        lease: EgressLease,
+        spec: ContainerSpec,
+        *,
+        image: Callable[[], str],
+        timeout: float,
+    ) -> None:
+        """Make a fresh lease's network, holder and proxy, at the same time: the containers are
+        created (they name the network, which the engine checks only at start) while the
+        network is (`network_made`: the first session's server, on the network itself, may
+        start then). Once that server started (`server_went`; at once without one: `prepare`)
+        the proxy starts: starts on a network take the engine's locks in turn, and the server's
+        is what its session waits for first. Returns when the proxy is started (its READY line
+        sets `ready`). The holder, which only later sessions need, starts in the background
+        once the proxy listens and another session wants it or the first one ended (or
+        `timeout` later): `created` when it runs, `settled` when done either way (`_remove`
+        waits for that). `image`: the proxy image's reference."""
+        entry = lease.entry
+        proxy_started = threading.Event()
+        failures: list[BaseException] = []
+
+        def branch(work: Callable[[], None], what: str) -> None:
             try:
-                entry.network_id = networks.create_session_network(
-                    engine, entry.network_name, self._labels(spec, entry, role="network")
-                )
-                self._start_holder(engine, spec, entry)
+                work()
             except BaseException as exc:
-                self._fail(entry, f"the session network could not be made: {exc}")
-                raise
-            finally:
+                failures.append(exc)
+                self._fail(entry, f"{what}: {exc}")
+                # The others must not wait for what will not come (`_fail` sets `ready`).
+                entry.network_made.set()
+                proxy_started.set()
+
+        def go_on(step: threading.Event) -> bool:
+            """Wait for `step`; False when another branch failed (or all goes) meanwhile."""
+            step.wait(timeout)
+            return not (entry.dead or entry.retired)
+
+        def network() -> None:
+            entry.network_id = networks.create_session_network(
+                engine, entry.network_name, self._labels(spec, entry, role="network")
+            )
+            entry.network_made.set()
+
+        def proxy() -> None:
+            self._create_proxy(engine, spec, entry, image=image())
+            if not go_on(entry.network_made):
+                return
+            engine.api.connect_container_to_network(
+                entry.proxy_id, entry.network_id, aliases=[networks.PROXY_ALIAS]
+            )
+            if not go_on(entry.first_server_went):
+                return
+            engine.api.start(entry.proxy_id)
+            proxy_started.set()
+
+        def holder() -> None:
+            # Only once another session needs it or the first one ended (or `timeout` later):
+            # a start takes CPU the first session's server and proxy need for their own. Not
+            # created before either: a created container that never started would not follow
+            # a dying worker (its stdin is not open yet).
+            if not go_on(proxy_started) or not go_on(entry.ready):
+                return
+            if not go_on(entry.holder_wanted):
+                return
+            self._create_holder(engine, spec, entry)
+            engine.api.start(entry.holder_id)
+
+        def holder_branch() -> None:
+            try:
+                branch(holder, "the network namespace's holder could not start")
+            finally:  # after a failure is recorded: waiters see it
                 entry.created.set()
-        elif not entry.created.wait(timeout) or not entry.holder_id or entry.dead:
-            self.release(engine, lease)
+                entry.settled.set()
+
+        entry.making = True
+        threading.Thread(
+            target=holder_branch,
+            name=f"egress-netns-start-{spec.server_key}",
+            daemon=True,
+        ).start()
+        proxy_thread = threading.Thread(
+            target=branch,
+            args=(proxy, "the egress proxy could not start"),
+            name=f"egress-proxy-start-{spec.server_key}",
+        )
+        proxy_thread.start()
+        try:
+            branch(network, "the session network could not be made")
+        finally:
+            proxy_thread.join()
+        if failures:
+            raise failures[0]
+
+    def wait_network(self, lease: EgressLease, *, timeout: float) -> None:
+        """Wait until a fresh lease's network exists: its server may start then."""
+        entry = lease.entry
+        if not entry.network_made.wait(timeout) or entry.dead:
             raise SandboxError(
-                f"The egress network of {spec.server_key} is not there: "
+                f"The egress network of {entry.server_key} is not there: "
                 + (entry.failure or "it was not made in time")
             )
-        return lease
 
-    def _start_holder(self, engine: Engine, spec: ContainerSpec, entry: StandingEgress) -> None:
+    def server_went(self, lease: EgressLease) -> None:
+        """A fresh lease's server started (or will not): the proxy and holder start now."""
+        lease.entry.first_server_went.set()
+
+    def wait_created(self, lease: EgressLease, *, timeout: float) -> None:
+        """Wait until the lease's holder runs: the server's container may start then."""
+        entry = lease.entry
+        if not entry.created.wait(timeout) or entry.dead:
+            raise SandboxError(
+                f"The egress network of {entry.server_key} is not there: "
+                + (entry.failure or "it was not made in time")
+            )
+
+    def _create_holder(self, engine: Engine, spec: ContainerSpec, entry: StandingEgress) -> None:
         """The container whose network namespace (on the kept network only) the server's
         containers join: starting a container in an existing namespace costs less than
-        attaching it to a network (no interface, address or DNS set up at each start)."""
+        attaching it to a network (no interface, address or DNS set up at each start).
+        Created and attached to here (before its start: it follows a dying worker)."""
         host_config = engine.api.create_host_config(
             **hardened_host_config(
                 memory_mb=HOLDER_MEMORY_MB,
@@ -213,7 +331,7 @@ class EgressPool:
                 pids_limit=HOLDER_PIDS,
                 read_only_root=True,
                 tmpfs_mb=1,
-                network_mode=entry.network_id,
+                network_mode=entry.network_name,
                 dns=networks.ISOLATED_DNS,
             ),
             dns_opt=list(networks.ISOLATED_DNS_OPTIONS),
@@ -239,36 +357,28 @@ class EgressPool:
             name=f"egress-netns-{spec.server_key}",
             daemon=True,
         ).start()
-        engine.api.start(entry.holder_id)
 
-    def start_proxy(
-        self, engine: Engine, lease: EgressLease, spec: ContainerSpec, *, image: str, timeout: float
+    def _create_proxy(
+        self, engine: Engine, spec: ContainerSpec, entry: StandingEgress, *, image: str
     ) -> None:
-        """Create, attach to and start the proxy of a fresh lease; return once it listens."""
-        entry = lease.entry
-        try:
-            egress = networks.ensure_egress_network(engine)
-            entry.proxy_id = networks.create_proxy_container(
-                engine,
-                image=image,
-                name=entry.proxy_name,
-                allowlist=list(spec.egress_allowlist),
-                labels=self._labels(spec, entry, role="proxy"),
-                egress_network_id=egress,
-                session_network_id=entry.network_id,
-            )
-            entry.sock = container_attach_socket(engine, entry.proxy_id, stdin=True, blocking=True)
-            threading.Thread(
-                target=self._read_proxy,
-                args=(entry, entry.sock),
-                name=f"egress-proxy-{spec.server_key}",
-                daemon=True,
-            ).start()
-            engine.api.start(entry.proxy_id)
-        except BaseException as exc:
-            self._fail(entry, f"the egress proxy could not start: {exc}")
-            raise
-        self.wait_ready(lease, timeout=timeout)
+        """The proxy, created on the egress bridge and attached to (its READY line is read);
+        connected to the session network and started once that exists."""
+        egress = networks.ensure_egress_network(engine)
+        entry.proxy_id = networks.create_proxy_container(
+            engine,
+            image=image,
+            name=entry.proxy_name,
+            allowlist=list(spec.egress_allowlist),
+            labels=self._labels(spec, entry, role="proxy"),
+            egress_network_id=egress,
+        )
+        entry.sock = container_attach_socket(engine, entry.proxy_id, stdin=True, blocking=True)
+        threading.Thread(
+            target=self._read_proxy,
+            args=(entry, entry.sock),
+            name=f"egress-proxy-{spec.server_key}",
+            daemon=True,
+        ).start()
 
     def prepare(
         self,
@@ -281,12 +391,14 @@ class EgressPool:
         """Make `spec`'s network and proxy ahead of its session (while its image is resolved,
         say), and keep them for it; True when they were made now. `image`: the proxy image's
         reference, asked for only when one is made."""
-        lease = self.lease(engine, spec, timeout=timeout)
+        lease = self.lease(engine, spec)
         try:
             if lease.fresh:
-                self.start_proxy(engine, lease, spec, image=image(), timeout=timeout)
-            else:
-                self.wait_ready(lease, timeout=timeout)
+                self.server_went(lease)  # none here
+                lease.entry.holder_wanted.set()
+                self.make(engine, lease, spec, image=image, timeout=timeout)
+            self.wait_created(lease, timeout=timeout)
+            self.wait_ready(lease, timeout=timeout)
         finally:
             self.release(engine, lease)
         return lease.fresh
@@ -309,6 +421,11 @@ class EgressPool:
     def release(self, engine: Engine, lease: EgressLease, log: deque[str] | None = None) -> None:
         """The session is over: the network stays for the next one, unless it must go."""
         entry = lease.entry
+        entry.holder_wanted.set()
+        if lease.fresh and not entry.making:  # its maker never got to make it
+            self._fail(entry, "it was not made")
+            for event in (entry.network_made, entry.first_server_went, entry.created):
+                event.set()
         with self._lock:
             if log is not None:
                 with contextlib.suppress(ValueError):
@@ -359,6 +476,8 @@ class EgressPool:
 
     def _remove(self, engine: Engine, entry: StandingEgress) -> None:
         entry.retired = True
+        if entry.making:  # its holder may still be starting
+            entry.settled.wait(REMOVE_TIMEOUT)
         for sock in (entry.sock, entry.holder_sock):
             if sock is not None:
                 # Their stdin closes (they exit by themselves); shutdown also wakes the readers.
@@ -518,23 +637,32 @@ def remove_stale_egress(
     return removed
 
 
-def _in_use(engine: Engine, server: str, roles: Mapping[str, str]) -> bool:
-    """A server's container is on the network, or in the namespace of its holder."""
-    if any(role not in ("proxy", ROLE_HOLDER) for role in roles.values()):
+def _in_use(engine: Engine, server: str, roles: Mapping[str, tuple[str, str]]) -> bool:
+    """A server's container is on the network, or in the namespace of its holder (named by ID
+    or by name: sessions name the holder, see `EgressLease.network_mode`)."""
+    if any(role not in ("proxy", ROLE_HOLDER) for role, _name in roles.values()):
         return True
-    holders = {f"container:{cid}" for cid, role in roles.items() if role == ROLE_HOLDER}
+    holders = {
+        f"container:{ident}"
+        for cid, (role, name) in roles.items()
+        if role == ROLE_HOLDER
+        for ident in (cid, name)
+        if ident
+    }
     servers = engine.api.containers(
         all=True, filters={"label": [f"{LABEL_SERVER}={server}", f"{LABEL_ROLE}=server"]}
     )
     return any((c.get("HostConfig") or {}).get("NetworkMode") in holders for c in servers)
 
 
-def _role_of(engine: Engine, container_id: str) -> str:
+def _role_of(engine: Engine, container_id: str) -> tuple[str, str]:
+    """The container's role label and name."""
     try:
-        labels = engine.api.inspect_container(container_id)["Config"].get("Labels") or {}
+        found = engine.api.inspect_container(container_id)
     except docker.errors.NotFound:
-        return "proxy"  # gone already
-    return str(labels.get(LABEL_ROLE, ""))
+        return "proxy", ""  # gone already
+    labels = found["Config"].get("Labels") or {}
+    return str(labels.get(LABEL_ROLE, "")), str(found.get("Name", "")).lstrip("/")
 
 
 EGRESS_POOL = EgressPool()

@@ -146,9 +146,9 @@ def create_proxy_container(
     allowlist: Sequence[str],
     labels: Mapping[str, str],
     egress_network_id: str,
-    session_network_id: str,
 ) -> str:
-    """The egress proxy for one session, on the egress bridge and the session's network."""
+    """The egress proxy of a proxied network, on the egress bridge (the caller connects it to
+    the session's network, alias `PROXY_ALIAS`, before starting it)."""
     host_config = engine.api.create_host_config(
         **hardened_host_config(
             memory_mb=PROXY_MEMORY_MB,
@@ -170,9 +170,7 @@ def create_proxy_container(
         host_config=host_config,
         use_config_proxy=False,
     )
-    proxy_id = str(created["Id"])
-    engine.api.connect_container_to_network(proxy_id, session_network_id, aliases=[PROXY_ALIAS])
-    return proxy_id
+    return str(created["Id"])
 
 
 def container_address(engine: Engine, container_id: str, network_id: str) -> str:

@@ -269,7 +269,9 @@ class SandboxTransport:
         dns: tuple[str, ...] = ()
         dns_options: tuple[str, ...] = ()
         network_mode = "none"
-        proxy: Callable[[], Coroutine[Any, Any, None]] | None = None
+        lease: EgressLease | None = None
+        make: Callable[[], Coroutine[Any, Any, None]] | None = None
+        before_start: Callable[[], Coroutine[Any, Any, None]] | None = None
         if spec.network_mode == "internal":
             labels = resource_labels(spec, session_id=state.session_id, role="network")
             name = state.network_name = resource_name(spec, session_id=state.session_id, role="net")
@@ -277,37 +279,59 @@ class SandboxTransport:
             state.network_id = network_mode = network_id
             dns, dns_options = networks.ISOLATED_DNS, networks.ISOLATED_DNS_OPTIONS
         elif spec.network_mode == "proxied":
-            # The server's network and proxy are kept across its sessions (egress_pool): a
-            # session finds them ready, or makes them, starting the proxy alongside the server
-            # (which finds it by its alias on the network); it opens once both are up.
-            lease = state.egress = await _engine_call(
-                self._egress_pool.lease, engine, spec, timeout=self._start_timeout
-            )
-            self._egress_pool.listen(lease, self.proxy_log)
-            # The server joins the namespace of the network's holder: no interface to set up
-            # at each start; its DNS settings are the holder's (isolated, as above).
+            # The server's network and proxy are kept across its sessions (egress_pool). The
+            # session that makes them is on the network itself: its container is created while
+            # the network is, and starts once it exists; the proxy (found by its alias on the
+            # network) starts after it, the network's holder later. Later sessions join the
+            # holder's namespace (no interface to set up at each start; its DNS settings are
+            # the holder's, isolated as above) and start once it runs. The session opens once
+            # the proxy listens.
+            pool = self._egress_pool
+            lease = state.egress = await _engine_call(pool.lease, engine, spec)
+            pool.listen(lease, self.proxy_log)
             network_mode = lease.network_mode
             env.update(networks.proxy_environment(networks.PROXY_ALIAS))
-            proxy = functools.partial(self._start_proxy, engine, lease)
+            if lease.fresh:
+                dns, dns_options = networks.ISOLATED_DNS, networks.ISOLATED_DNS_OPTIONS
+                make = functools.partial(self._make_egress, engine, lease)
+                before_start = functools.partial(
+                    _engine_call, pool.wait_network, lease, timeout=self._start_timeout
+                )
+            else:
+                before_start = functools.partial(
+                    _engine_call, pool.wait_created, lease, timeout=self._start_timeout
+                )
         elif spec.network_mode == "bridge":
             network_mode = await _engine_call(networks.ensure_egress_network, engine)
-        if proxy is None:
-            await self._start_server(
-                engine, state, env, network_mode, dns=dns, dns_options=dns_options
-            )
-            return
-        try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(proxy)
-                await self._start_server(
-                    engine, state, env, network_mode, dns=dns, dns_options=dns_options
-                )
-        except BaseExceptionGroup as failures:
-            # One failure is the story (the other task was cancelled because of it).
-            first = failures.exceptions[0]
-            while isinstance(first, BaseExceptionGroup):
-                first = first.exceptions[0]
-            raise first from None
+        start_server = functools.partial(
+            self._start_server,
+            engine,
+            state,
+            env,
+            network_mode,
+            dns=dns,
+            dns_options=dns_options,
+            before_start=before_start,
+        )
+        if make is None:
+            await start_server()
+        else:
+            try:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(make)
+                    try:
+                        await start_server()
+                    finally:
+                        if state.egress is not None:
+                            self._egress_pool.server_went(state.egress)
+            except BaseExceptionGroup as failures:
+                # One failure is the story (the other task was cancelled because of it).
+                first = failures.exceptions[0]
+                while isinstance(first, BaseExceptionGroup):
+                    first = first.exceptions[0]
+                raise first from None
+        if lease is not None:
+            await _engine_call(self._egress_pool.wait_ready, lease, timeout=self._start_timeout)
 
     async def _start_server(
         self,
@@ -318,7 +342,9 @@ class SandboxTransport:
         *,
         dns: tuple[str, ...],
         dns_options: tuple[str, ...],
+        before_start: Callable[[], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
+        """Create the server's container, attach to it, and start it (after `before_start`)."""
         spec = self.spec
 
         host_config = engine.api.create_host_config(
@@ -364,6 +390,8 @@ class SandboxTransport:
             container_attach_socket, engine, state.container_id, stdin=True, blocking=False
         )
         state.conn = await anyio.abc.SocketStream.from_socket(sock)
+        if before_start is not None:
+            await before_start()
         try:
             await _engine_call(engine.api.start, state.container_id)
         except docker.errors.APIError as exc:
@@ -380,16 +408,15 @@ class SandboxTransport:
             spec.network_mode,
         )
 
-    async def _start_proxy(self, engine: Engine, lease: EgressLease) -> None:
-        """A fresh lease: make and start the proxy; a kept one: wait until it listens."""
-        if not lease.fresh:
-            await _engine_call(self._egress_pool.wait_ready, lease, timeout=self._start_timeout)
-            return
-        image = self._proxy_image
-        if image is None:  # the one built from this code: kept if there, else built now
-            image = (await _engine_call(build_proxy_image, engine=engine)).reference
+    async def _make_egress(self, engine: Engine, lease: EgressLease) -> None:
+        """A fresh lease: make its network, holder and proxy (egress_pool.EgressPool.make)."""
+        proxy_image = self._proxy_image
+
+        def image() -> str:  # the one built from this code: kept if there, else built now
+            return proxy_image or build_proxy_image(engine=engine).reference
+
         await _engine_call(
-            self._egress_pool.start_proxy,
+            self._egress_pool.make,
             engine,
             lease,
             self.spec,
