@@ -28,7 +28,7 @@ typecheck: ## mypy (strict, with django-stubs)
 pytest: ## Only the test suite (with its set-up); PYTEST_ARGS="-k name -x" narrows it
 	@bash scripts/check pytest
 
-pytest-fast: ## pytest without the slow tiers (containers, real workers, browser, quickstart)
+pytest-fast: ## pytest without the slow tiers (pyproject.toml's markers; docs/development.md)
 	@bash scripts/check pytest-fast
 
 check-deploy: ## manage.py check --deploy with the production profile

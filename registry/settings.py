@@ -17,10 +17,15 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import django_stubs_ext
 import environ
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 from environ.fileaware_mapping import FileAwareMapping
+
+# Django's generic classes take their type arguments at run time too (`admin.ModelAdmin[Team]`,
+# `forms.ModelForm[Grant]`): the types django-stubs gives them are written in the code.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -136,6 +141,8 @@ INSTALLED_APPS = [
     "registry.notifications",
     "registry.search",
     "registry.gateway",
+    # Probes, metrics and the operators' commands: read every app above, imported by none.
+    "registry.operations",
 ]
 
 MIDDLEWARE = [
@@ -248,7 +255,7 @@ else:
         }
     }
 
-# The catalogue's cache (registry/catalogue/cache.py): a Redis that is down or frozen costs one
+# The catalogue's cache (registry/core/cache.py): a Redis that is down or frozen costs one
 # timeout this short, then the circuit stays open (answers from the database, marked degraded) for
 # the retry time; each process confirms the cache epoch with the database this often.
 TOOLROOM_CACHE_TIMEOUT_SECONDS: float = env.float("TOOLROOM_CACHE_TIMEOUT_SECONDS", default=0.25)
@@ -277,7 +284,7 @@ TOOLROOM_DISCOVERY_REDELIVER_SECONDS: float = env.float(
     "TOOLROOM_DISCOVERY_REDELIVER_SECONDS", default=900
 )
 
-# /metrics (registry/core/metrics.py): open to a bearer token, or to clients in these networks.
+# /metrics (registry/operations/metrics.py): open to a bearer token or to clients in these networks.
 TOOLROOM_METRICS_TOKEN: str = env.str("TOOLROOM_METRICS_TOKEN", default="")
 TOOLROOM_METRICS_ALLOWED_NETWORKS: list[str] = env.list(
     "TOOLROOM_METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"]
@@ -613,7 +620,8 @@ TOOLROOM_RUNTIME_ENDPOINT_PORT: int = env.int("TOOLROOM_RUNTIME_ENDPOINT_PORT", 
 TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE: str = env.str(
     "TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE", default=""
 )
-# Stateless (2026-07-28) clients without a conversation id: one conversation per token and window.
+# Stateless (2026-07-28) clients without a conversation id are their token: how long after its
+# last confidential read the private-data ratchet holds (a sliding window).
 TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS: int = env.int(
     "TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS", default=3600
 )

@@ -4,8 +4,8 @@ the probes."""
 from django.contrib import admin
 from django.urls import include, path
 
-from registry.core.views import healthz, metrics, readyz
 from registry.gateway.views import jwks_view
+from registry.operations.views import healthz, metrics, readyz
 from registry.portal.urls import oidc_urlpatterns
 from registry.portal.views import landing
 
@@ -26,8 +26,9 @@ urlpatterns = [
     path("", include("registry.api.urls")),
 ]
 
-# Errors Django answers itself (no route, a bad request, a crash) keep the API's JSON shape.
+# Errors Django answers itself (no route, a bad request, a crash) keep the API's JSON shape; an
+# address under /portal/ that does not exist gets the portal's own page.
 handler400 = "registry.core.api_errors.api_bad_request"
 handler403 = "registry.core.api_errors.api_permission_denied"
-handler404 = "registry.core.api_errors.api_not_found"
+handler404 = "registry.portal.views.page_not_found"
 handler500 = "registry.core.api_errors.api_server_error"

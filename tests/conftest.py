@@ -21,6 +21,28 @@ def _process_caches_forgotten():
 
     catalogue_search_forget()
     call_tables_forget()
+    _cached_catalogues_forgotten()
+
+
+def _cached_catalogues_forgotten():
+    """The same goes for the team states and documents in Redis: the epoch they are kept under
+    lives in the rolled-back database too, so it repeats from test to test. Only these entries
+    go (the processes a test runs keep their runtime addresses and the broker its queues)."""
+    from django.core.cache.backends.redis import RedisCache
+
+    from registry.core.cache import hot_cache
+
+    backend = hot_cache()
+    if not isinstance(backend, RedisCache):
+        return
+    client = backend._cache.get_client(None, write=True)
+    keys = [
+        key
+        for name in ("catalogue-doc:*", "catalogue-state:*")
+        for key in client.scan_iter(match=backend.make_key(name), count=1000)
+    ]
+    if keys:
+        client.delete(*keys)
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@
 them, the others written after their READMEs); `registry.json` 1,000 generated tools on 50
 servers (bench/search/make_registry.py); `tasks.json` the natural-language tasks, each with the
 tool(s) that should come first and its split: `tune` (the only tasks anyone may look at while
-tuning the ranking) or `held_out` (reported, never tuned on).
+tuning the ranking; t001-t080, the first held-out tasks among them since their misses were
+printed) or `held_out_2` (t081 on, written before the ranking was tuned again; reported, never
+tuned on).
 """
 
 from __future__ import annotations

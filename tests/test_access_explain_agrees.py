@@ -49,7 +49,7 @@ from registry.teams.tokens import token_authenticate
 from tests.catalogue_helpers import CONNECT, READ, WRITE
 from tests.factories import tool_definition
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.exhaustive]
 
 SERVERS = ("s0", "s1", "s2")
 TOOLS = {"look": READ, "change": WRITE, "call_out": CONNECT}

@@ -411,6 +411,7 @@ def _catalogue_queries(api_client, token):
     return len(queries), len(response.json()["tools"])
 
 
+@pytest.mark.exhaustive
 def test_the_catalogue_query_count_is_the_same_for_10_and_1000_servers(
     api_client, committed, settings
 ):

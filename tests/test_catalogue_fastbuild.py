@@ -13,8 +13,9 @@ from unittest.mock import patch
 
 import pytest
 
-from registry.catalogue import cache as catalogue_cache_module
+from registry.catalogue.documents import document_key
 from registry.catalogue.formats import TOOL_FORMATS
+from registry.core import cache as catalogue_cache_module
 from registry.search.index import tool_search_index_refresh
 from registry.teams.models import TeamRole
 from tests.catalogue_helpers import DJANGO_ANSWERED, READ, approved_server, fast_path_call
@@ -137,6 +138,40 @@ def test_searches_are_built_and_served_by_the_fast_path_as_django_would(
         [("/api/v1/catalogue", f"format={fmt}&{query}", _headers(token))]
     )
     assert (status, headers["x-toolroom-cache"], body) == (200, "hit", kept.content)
+
+
+def test_search_answers_are_kept_in_the_process_under_their_etag(agent, settings):
+    """A search answer the fast path built or read is kept in the process under its ETag: it
+    is served again with Redis's copy gone, until a change moves the team's version (a new
+    ETag); with the document cache off nothing is kept."""
+    team, token = agent
+    tool_search_index_refresh(server_ids=team.grants.values_list("server_id", flat=True))
+    request = ("/api/v1/catalogue", "format=mcp&q=read+a+file", _headers(token))
+    settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = 0
+    assert [h["x-toolroom-cache"] for _, h, _ in fast_path_call([request, request])] == [
+        "miss",
+        "miss",
+    ]
+
+    settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = 60
+    [(status, first, body)] = fast_path_call([request])
+    assert (status, first["x-toolroom-cache"]) == (200, "miss")
+    catalogue_cache_module.catalogue_cache().backend.delete(document_key(first["etag"]))
+    [(status, again, kept)] = fast_path_call([request])
+    assert (status, again["x-toolroom-cache"], again["etag"], kept) == (
+        200,
+        "hit",
+        first["etag"],
+        body,
+    )
+
+    git = approved_server("git", {"read_log": READ})
+    tool_search_index_refresh(server_ids=[git.pk])
+    GrantFactory(team=team, server=git)  # a new version
+    [(status, moved, found)] = fast_path_call([request])
+    assert (status, moved["x-toolroom-cache"]) == (200, "miss")
+    assert moved["etag"] != first["etag"]
+    assert b"git__read_log" in found
 
 
 @pytest.mark.parametrize(

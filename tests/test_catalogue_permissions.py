@@ -174,6 +174,7 @@ def catalogue_names(client: APIClient, token: str, fmt: str) -> set[str]:
     return {tool["function"]["name"] if fmt == "openai" else tool["name"] for tool in tools}
 
 
+@pytest.mark.exhaustive
 @settings(
     max_examples=60,
     deadline=None,

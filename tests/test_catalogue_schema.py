@@ -67,6 +67,7 @@ def credentials(charlie, committed):
 SEEN: collections.defaultdict[tuple[str, str], set[int]] = collections.defaultdict(set)
 
 
+@pytest.mark.exhaustive
 def test_no_request_gets_a_server_error(api_schema, credentials):
     """Every operation, with examples hypothesis draws from the schema, as an agent and as a
     person. (schemathesis' pytest plugin does not run under pytest 9 yet: the loop is ours.)"""

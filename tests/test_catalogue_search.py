@@ -59,6 +59,7 @@ def locmem_cache(settings):
     return settings
 
 
+@pytest.mark.exhaustive
 @settings(
     max_examples=40,
     deadline=None,
@@ -164,6 +165,11 @@ def test_search_ranks_by_relevance_in_every_format(world):
     assert found_names(search(client, world["token"], "listDirectory"))[0] == (
         "files__list_directory"
     )
+    # A task's words the tools say otherwise: `folder` also searches for `directory`.
+    assert found_names(search(client, world["token"], "folder entries"))[0] == (
+        "files__list_directory"
+    )
+    assert found_names(search(client, world["token"], "folder")) == ["files__list_directory"]
 
 
 def test_search_honours_limit_category_and_says_what_it_searched(world):
@@ -174,6 +180,9 @@ def test_search_honours_limit_category_and_says_what_it_searched(world):
     assert {server["slug"] for server in body["servers"]} <= {"files", "git"}
     assert found_names(search(client, world["token"], "zebra unicorn")) == []
     assert found_names(search(client, world["token"], "the of and")) == []  # stop words only
+    # Expansions are searched and said: `folder` -> `directori`.
+    body = search(client, world["token"], "folder").json()
+    assert body["search"]["terms"] == ["directori", "folder"]
 
 
 def test_search_refuses_bad_parameters_with_the_error_format(world):

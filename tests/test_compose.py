@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import yaml
 from cryptography.fernet import Fernet
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -280,7 +282,13 @@ def test_compose_secrets_makes_every_secret_once(tmp_path):
 
     assert first.returncode == 0, first.stderr
     assert second.returncode == 0, second.stderr
-    assert set(before) == {"secret_key", "secrets_key", "postgres_password", "database_url"}
+    assert set(before) == {
+        "secret_key",
+        "secrets_key",
+        "postgres_password",
+        "database_url",
+        "identity_key",
+    }
     assert {path.name: path.read_text() for path in secrets_dir.iterdir()} == before
     assert stat.S_IMODE(secrets_dir.stat().st_mode) == 0o700
     assert len(before["secret_key"].strip()) >= 50
@@ -289,3 +297,6 @@ def test_compose_secrets_makes_every_secret_once(tmp_path):
     assert before["database_url"].strip() == (
         f"postgres://toolroom:{password}@postgres:5432/toolroom"
     )
+    identity_key = serialization.load_pem_private_key(before["identity_key"].encode(), None)
+    assert isinstance(identity_key, ec.EllipticCurvePrivateKey)
+    assert identity_key.curve.name == "secp256r1"

@@ -96,6 +96,7 @@ def test_it_runs_time_and_git_with_the_python_that_runs_toolroom():
     ]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("slug", ["time", "git"])
 def test_the_demo_command_of_a_builtin_server_starts_from_this_environment(slug):
     _load()

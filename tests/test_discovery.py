@@ -21,7 +21,7 @@ from tests.mcp_fixtures import (
     start_http_scenario,
 )
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.processes]
 
 REPO = Path(__file__).resolve().parent.parent
 

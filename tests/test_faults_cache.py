@@ -11,14 +11,14 @@ import time
 import pytest
 import redis
 
-from registry.catalogue.models import CatalogueCacheEpoch
+from registry.core.models import CatalogueCacheEpoch
 from registry.servers import services as server_services
 from registry.teams.models import Team
 from tests.catalogue_helpers import DJANGO_ANSWERED, READ, approved_server, fast_path_call, tool_of
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
 from tests.owned_redis import OwnedRedis
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.processes]
 
 RETRY_SECONDS = 0.3
 

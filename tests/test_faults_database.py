@@ -20,7 +20,7 @@ import pytest
 from tests.mcp_fixtures import free_port, wait_for_port
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.any_database
+pytestmark = [pytest.mark.any_database, pytest.mark.processes]
 
 REPO = Path(__file__).resolve().parent.parent
 POSTGRES = os.environ.get("TOOLROOM_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432")

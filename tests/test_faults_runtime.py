@@ -31,7 +31,7 @@ from tests.test_sandbox_servers import TIME_VERSION
 from tests.waiting import wait_for
 from workers.runtime import RuntimeManager
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 OWNER = "runtime-faults@host"
 

@@ -114,6 +114,43 @@ def test_the_private_data_ratchet_refuses_connect_tools_after_confidential_data(
     assert _check(token, "files__fetch_url", conversation="c2").allowed  # other conversations
 
 
+def _ratchet_entry(conversation):
+    """The Redis client and key of a conversation's private-data mark (Django's Redis cache)."""
+    from registry.core.cache import hot_cache
+
+    backend = hot_cache()
+    key = backend.make_and_validate_key(checks._ratchet_key(conversation))
+    return backend._cache.get_client(key, write=True), key
+
+
+def _ratchet_seconds_left(conversation):
+    client, key = _ratchet_entry(conversation)
+    return client.ttl(key)
+
+
+def test_a_conversation_without_a_name_is_the_token_marked_for_a_sliding_window(setup, settings):
+    """A stateless caller that names no conversation is its token: the mark lasts the window
+    after its *last* private read (renewed by each), so no clock boundary resets the ratchet;
+    a session or named conversation keeps its mark for a day."""
+    settings.TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS = 600
+    _, _, token = setup
+    unnamed = checks.token_conversation(token_authenticate(token.plain).token_id)
+
+    checks.conversation_mark_private_data(conversation=unnamed, server_slug="files")
+
+    assert _check(token, "files__fetch_url", conversation=unnamed).code == (
+        checks.PRIVATE_DATA_RATCHET
+    )
+    assert 590 <= _ratchet_seconds_left(unnamed) <= 600
+    client, key = _ratchet_entry(unnamed)
+    client.expire(key, 5)  # most of the window has passed
+    checks.conversation_mark_private_data(conversation=unnamed, server_slug="files")
+    assert 590 <= _ratchet_seconds_left(unnamed) <= 600  # another private read renews it
+
+    checks.conversation_mark_private_data(conversation="session:s1", server_slug="files")
+    assert _ratchet_seconds_left("session:s1") > 23 * 3600
+
+
 def test_the_gateway_mode_decides_which_runtimes_are_kept_warm(committed):
     """always warm: started and kept; on demand: kept while a call's demand lasts, stopped
     (when held) once it has passed; not callable: never started for the gateway."""

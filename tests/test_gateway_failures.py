@@ -29,6 +29,7 @@ from workers.session_pool import UpstreamPool
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("redis_cache"),
+    pytest.mark.processes,
 ]
 
 

@@ -23,6 +23,7 @@ from tests.mcp_fixtures import http_scenario_server  # noqa: F401 (a fixture)
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("redis_cache"),
+    pytest.mark.processes,
 ]
 
 # The watcher reads the version once a second; a change is told well within this.

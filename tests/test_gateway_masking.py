@@ -16,6 +16,7 @@ from tests.mcp_fixtures import start_http_scenario
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("redis_cache"),
+    pytest.mark.processes,
 ]
 
 SECRET = "sk-live-0f9e8d7c6b5a4321"

@@ -22,6 +22,7 @@ from tests.mcp_fixtures import start_http_scenario
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("redis_cache"),
+    pytest.mark.processes,
 ]
 
 # A refused question ends the call well before the 5 s deadline.

@@ -22,6 +22,7 @@ from tests.tcp_faults import FaultyProxy
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("redis_cache"),
+    pytest.mark.processes,
 ]
 
 # The pauses, each measured between two arrivals; the shared CPU adds a little to each.

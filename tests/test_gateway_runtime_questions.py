@@ -20,7 +20,7 @@ from tests.mcp_fixtures import scenario_argv
 from tests.test_gateway_runtime import gateway, shared_cache  # noqa: F401 (fixtures)
 from workers.runtime import RuntimeManager
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 
 async def _confirm(url, token, mode, answer=None):

@@ -34,7 +34,11 @@ from tests.test_catalogue_permissions import SERVERS, build_world, expected_cata
 from tests.test_catalogue_search import MATCH_ALL
 from workers.gateway import search_tools
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("redis_cache")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("redis_cache"),
+    pytest.mark.processes,
+]
 
 META = ["find_tools", "call_tool"]
 

@@ -14,6 +14,7 @@ from tests.mcp_fixtures import start_http_scenario
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("redis_cache"),
+    pytest.mark.processes,
 ]
 
 

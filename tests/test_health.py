@@ -27,7 +27,7 @@ from tests.mcp_fixtures import (
 )
 from workers.health import check_plans
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.processes]
 
 
 def _server(**fields):

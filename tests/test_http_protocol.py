@@ -12,11 +12,14 @@ import asyncio
 import socket
 from pathlib import Path
 
+import pytest
 import uvicorn
 import yaml
 from uvicorn.server import ServerState
 
 from registry.core.http_protocol import NoDelayHTTPProtocol, set_nodelay
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL = "registry.core.http_protocol:NoDelayHTTPProtocol"

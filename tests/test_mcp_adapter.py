@@ -25,7 +25,7 @@ from workers.adapters.mcp_client import (
     connect,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 QUICK = Deadlines(connect=10, call=5)
 

@@ -12,7 +12,7 @@ from registry.servers.models import DiscoveryRun, McpServer, ServerStatus, Tool
 from tests.factories import McpServerFactory, ToolFactory
 from tests.mcp_fixtures import scenario_argv
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.processes]
 
 FINDING = {
     "kind": "instructions_to_model",

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from registry.core.metrics import CATALOGUE_REQUESTS, CatalogueMetrics
+from registry.operations.metrics import CATALOGUE_REQUESTS, CatalogueMetrics
 from registry.servers.models import DiscoveryRun, DiscoveryStatus
 from tests.factories import McpServerFactory
 

@@ -367,6 +367,7 @@ def mail_worker(monkeypatch, smtp_inbox, request):
     return request.getfixturevalue("worker")
 
 
+@pytest.mark.workers
 def test_a_real_worker_sends_the_email_and_delivers_the_webhook(
     people, receiver, smtp_inbox, mail_worker
 ):

@@ -119,6 +119,21 @@ def test_another_teams_pages_are_refused(client, world, dave):
     assert not AgentToken.objects.filter(name="x").exists()
 
 
+def test_an_address_under_the_portal_that_does_not_exist_gets_the_portal_page(client, world, dave):
+    anonymous = client.get("/portal/no-such-page/")
+    _signed_in(client, dave)
+    member = client.get("/portal/teams/alpha/no-such-page/")
+    elsewhere = client.get("/no-such-page/")
+
+    for answer in (anonymous, member):
+        assert answer.status_code == 404
+        body = answer.content.decode()
+        assert "There is nothing at this address" in body
+        assert "/admin/" not in body  # the portal's look and links, not the admin's
+    assert elsewhere.status_code == 404
+    assert "There is nothing at this address" not in elsewhere.content.decode()
+
+
 def test_owner_pages_are_for_owners_only(client, world, dave, charlie):
     _signed_in(client, dave)
     refused = client.get("/portal/teams/alpha/owners/")

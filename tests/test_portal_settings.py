@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.test_settings import _manage, _production_env, _run
+
+pytestmark = pytest.mark.processes
 
 PROBE = (
     "import django, json; django.setup(); from django.conf import settings as s; "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 
 import pytest
 
@@ -16,7 +17,7 @@ from tests.process_hygiene import server_processes_started_by
 from tests.waiting import wait_for
 from workers.runtime import RuntimeManager
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 OWNER = "runtime-test@host"
 
@@ -147,3 +148,53 @@ def test_discovery_of_a_runtime_not_held_here_fails_clearly(manager):
     outcome = manager.discover(999_999)
     assert not outcome.ok
     assert "not held here" in outcome.error
+
+
+# Runs the server, but the first launch (the server's own, shared session) only once the file
+# `go` appears in the directory given: until then that session cannot be ready.
+_GATED_FIRST_LAUNCH = """
+import os, sys, time
+gate = sys.argv[1]
+try:
+    os.mkdir(os.path.join(gate, "first"))
+except FileExistsError:
+    pass
+else:
+    while not os.path.exists(os.path.join(gate, "go")):
+        time.sleep(0.05)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def test_a_team_session_starts_alongside_the_servers_own_session(manager, tmp_path):
+    """A gateway call in a per-team scope does not wait for the server's shared session to be
+    ready (a cold call waits for one process start, not two in a row)."""
+    import asyncio
+
+    from workers.adapters.mcp_client import AskRefused
+
+    server = McpServerFactory(
+        review_status="approved",
+        command=[sys.executable, "-c", _GATED_FIRST_LAUNCH, str(tmp_path), *scenario_argv()],
+    )
+    runtime_request(server=server, action="start", actor="test")
+
+    async def refuse(params):
+        raise AskRefused("no caller")
+
+    starting = asyncio.run_coroutine_threadsafe(manager._command(server.pk, "start"), manager.loop)
+    wait_for(lambda: manager.holds(server.pk), what="the runtime to be held")
+    request = {
+        "server_id": server.pk,
+        "scope": "team:1",
+        "tool": "echo",
+        "arguments": {"text": "early"},
+        "timeout": 30,
+    }
+    result = manager._call(manager._endpoint_call(request, refuse))
+
+    assert result["content"][0]["text"] == "early"
+    assert not manager.runtimes[server.pk].ready.is_set()  # its own session is still waiting
+    assert _state(server).runtime_state == RuntimeState.STARTING
+    (tmp_path / "go").touch()
+    assert starting.result(60) == "running"

@@ -776,6 +776,7 @@ def _varied(value: Any, index: int) -> Any:
     return value
 
 
+@pytest.mark.exhaustive
 def test_it_scans_ten_thousand_ordinary_tools_quickly():
     published = [tool for fixture in PUBLISHED for tool in _load(fixture)]
     tools = []

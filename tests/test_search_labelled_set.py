@@ -32,10 +32,12 @@ def test_the_labelled_set_is_large_enough_and_consistent():
     assert len(set(descriptions)) == len(descriptions)
     labelled = tasks()
     assert len(labelled) >= 60
-    assert {task.split for task in labelled} == {"tune", "held_out"}
+    assert {task.split for task in labelled} == {"tune", "held_out_2"}
+    assert len(tasks("held_out_2")) >= 50
     assert all(expected in names for task in labelled for expected in task.expected)
 
 
+@pytest.mark.exhaustive
 def test_this_database_ranks_every_task_as_both_databases_did(settings):
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     recorded = json.loads((DATA / "top5.json").read_text())

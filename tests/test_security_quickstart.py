@@ -11,6 +11,8 @@ import pytest
 
 from tests.test_settings import _run, _settings
 
+pytestmark = pytest.mark.processes
+
 # Opens the database, writes in WAL mode, and leaves the -wal and -shm files in place.
 WRITE_PROBE = """
 import django

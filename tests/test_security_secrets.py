@@ -197,6 +197,7 @@ def test_discovery_masks_secrets_in_stderr_errors_and_the_report(alice):
     assert f"API_KEY={MASK}" in status.stderr_tail
 
 
+@pytest.mark.processes
 def test_a_real_server_printing_its_env_to_stderr_shows_only_the_mask():
     """A real stdio MCP server (the tests' scenario server, started by a Python wrapper that
     first prints the API key to stderr) discovered the way a worker does."""

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from cryptography.fernet import Fernet
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS_FILE = ROOT / "registry" / "settings.py"
 CONFIGURATION_DOC = ROOT / "docs" / "configuration.md"

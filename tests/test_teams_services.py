@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 
 from registry.audit.models import AuditEvent
-from registry.catalogue.cache import catalogue_cache
 from registry.catalogue.versions import CatalogueState, _states_set_if_newer, catalogue_state
+from registry.core.cache import catalogue_cache
 from registry.core.errors import ApplicationError
 from registry.servers import services as server_services
 from registry.teams import services

@@ -34,6 +34,8 @@ from tests.mcp_fixtures import free_port, scenario_argv, start_http_scenario, wa
 from tests.otlp_receiver import OtlpReceiver
 from workers.runtime import RuntimeManager
 
+pytestmark = pytest.mark.processes
+
 REPO = Path(__file__).resolve().parent.parent
 SERVER_KIND = 2  # opentelemetry.proto.trace.v1.Span.SPAN_KIND_SERVER
 CLIENT_KIND = 3  # SPAN_KIND_CLIENT

@@ -1,6 +1,6 @@
 """Heartbeats of workers, runtime workers and beat: a daemon thread per process writes one row
-every TOOLROOM_HEARTBEAT_SECONDS (`registry.core.readiness.process_heartbeat_record`), with what
-the process sees of the Docker engine (workers) and the queues it consumes. `/readyz` and
+every TOOLROOM_HEARTBEAT_SECONDS (`registry.operations.readiness.process_heartbeat_record`), with
+what the process sees of the Docker engine (workers) and the queues it consumes. `/readyz` and
 `manage.py probe` read them; a heartbeat that fails (database blip) is retried at the next beat.
 """
 
@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from registry.core.readiness import process_heartbeat_record
+from registry.operations.readiness import process_heartbeat_record
 
 logger = logging.getLogger(__name__)
 

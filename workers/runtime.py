@@ -369,11 +369,18 @@ class RuntimeManager:
             raise McpFailure("connect", "This runtime worker does not hold the server (any more).")
         tool, arguments = str(request["tool"]), dict(request.get("arguments") or {})
         meta = dict(request.get("meta") or {}) or None
-        try:
-            async with asyncio.timeout(timeout):
-                await runtime.ready.wait()
-        except TimeoutError:
-            raise McpFailure("timeout", f"The server was not ready within {timeout:g} s.") from None
+        # A per-team or per-conversation session of a local server is a process of its own: it
+        # starts at once, alongside the server's shared session (a cold call waits for one
+        # start, not two in a row). A sandboxed server's waits for the shared session, which
+        # resolves (or builds) the image once.
+        if scope == "shared" or runtime.plan.sandboxed:
+            try:
+                async with asyncio.timeout(timeout):
+                    await runtime.ready.wait()
+            except TimeoutError:
+                raise McpFailure(
+                    "timeout", f"The server was not ready within {timeout:g} s."
+                ) from None
 
         op, name = str(request.get("op") or "call_tool"), str(request.get("name") or "")
 
@@ -453,9 +460,11 @@ class RuntimeManager:
         server = await _db(McpServer.objects.filter(pk=server_id).first)
         if server is None or not await _db(server_runtime_wanted, server_id=server_id):
             return "not wanted"
+        # The plan first: from the claim on, the gateway may send calls (docs/gateway.md), and
+        # the runtime is held here from the same step of the loop.
+        plan = await _db(server_launch_plan, server=server)
         if not await _db(runtime_claim, server_id=server_id, owner=self.owner):
             return "held elsewhere"
-        plan = await _db(server_launch_plan, server=server)
         runtime = WarmRuntime(self, plan)
         self.runtimes[server_id] = runtime
         runtime.start()

@@ -14,7 +14,15 @@ measure the machine, not the gateway. For each kind and each number of concurren
 measures, alternating direct and gateway rounds, the latency of `--calls` echo calls per session
 (every session calls one after the other; the sessions run at once), and the gateway process's CPU
 seconds per call (from /proc). Both sides use the SDK `Client` in `mode="auto"` (2026-07-28).
-It also reports a cold call to each kind (server not running / no pooled session).
+It also reports a cold call to each kind (server not running / no pooled session); with
+`--cold N`, N more for `stdio` and `sandbox` after the warm rounds (each after stopping the
+runtime through the runtime workers), and the column shows their median.
+
+For `stdio` and `sandbox` a third side, `endpoint`, calls the runtime worker's private endpoint
+straight from the bench (workers/gateway/runtime_link.py, as the gateway does), which splits the
+gateway's added latency into the runtime path and the gateway's MCP front; the runtime worker's
+own process CPU per gateway call is a column, and a line per row prints the CPU per call of the
+gateway, the runtime worker and this bench process (the calling client) for each side.
 
 A bench PostgreSQL database `toolroom_bench_gateway_<pid>` and Redis keys under a prefix of the
 run's own are created and removed. Every process it starts is stopped. Targets (issue 9): added
@@ -151,6 +159,65 @@ async def session_calls(open_client: Any, calls: int, start: anyio.Event) -> lis
     return latencies
 
 
+class _LinkClient:
+    """Calls a runtime worker's private endpoint straight from the bench, as the gateway does
+    (workers/gateway/runtime_link.py): the runtime path without the gateway's MCP front."""
+
+    def __init__(self, link: Any, server_id: int, scope: str) -> None:
+        self.link = link
+        self.server_id = server_id
+        self.scope = scope
+        self.bench_tool = "echo"
+
+    async def call_tool(self, tool: str, arguments: dict[str, Any]) -> Any:
+        from types import SimpleNamespace  # noqa: PLC0415
+
+        from workers.adapters.mcp_client import McpFailure  # noqa: PLC0415
+
+        try:
+            result = await self.link.call(
+                {
+                    "server_id": self.server_id,
+                    "scope": self.scope,
+                    "tool": tool,
+                    "arguments": arguments,
+                    "timeout": 60.0,
+                }
+            )
+        except McpFailure as failure:
+            return SimpleNamespace(is_error=True, content=str(failure))
+        return SimpleNamespace(is_error=bool(result.get("isError")), content=result["content"])
+
+
+def link_factory(kind: str) -> Any:
+    """A round's sessions share one RuntimeLink (one connection), as a gateway process does."""
+    from contextlib import asynccontextmanager  # noqa: PLC0415
+
+    from registry.gateway.runtimes import (  # noqa: PLC0415
+        runtime_endpoint_secret,
+        server_runtime_location,
+    )
+    from registry.servers.models import McpServer  # noqa: PLC0415
+    from registry.teams.models import Team  # noqa: PLC0415
+    from workers.gateway.runtime_link import RuntimeLink  # noqa: PLC0415
+
+    server_id = McpServer.objects.get(slug=TOOLS[kind].partition("__")[0]).pk
+    scope = f"team:{Team.objects.get(slug='bench').pk}"  # the default isolation: per team
+    address = server_runtime_location(server_id=server_id).address
+    assert address is not None, "the runtime is not running"
+    secret = runtime_endpoint_secret()
+
+    @asynccontextmanager
+    async def open_one() -> Any:
+        link = RuntimeLink(address, secret)
+        try:
+            yield _LinkClient(link, server_id, scope)
+        finally:
+            await link.close()
+
+    return shared(open_one)
+
+
 def client_factory(
     kind: str,
     side: str,
@@ -251,11 +318,41 @@ async def _measure(open_client: Any, sessions: int, calls: int) -> list[float]:
     return [value for latencies in results for value in latencies]
 
 
+def cold_calls(kind: str, open_client: Any, count: int) -> list[float]:
+    """Stop the kind's runtime (a command to the runtime worker that holds it), wait until it
+    is stopped, call it through the gateway (a start on demand); `count` times."""
+    from registry.servers.models import McpServer, RuntimeState, ServerStatus  # noqa: PLC0415
+    from registry.servers.operations.runtime import runtime_request  # noqa: PLC0415
+
+    server = McpServer.objects.get(slug=TOOLS[kind].partition("__")[0])
+    found = []
+    for _ in range(count):
+        runtime_request(server=server, action="stop", actor="bench")
+        deadline = time.monotonic() + 60
+        while ServerStatus.objects.get(server=server).runtime_state != RuntimeState.STOPPED:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{kind} did not stop within 60 s")
+            time.sleep(0.1)
+        time.sleep(1.0)  # the per-team session's process ends too
+        found += anyio.run(measure, open_client, 1, 1)
+    return found
+
+
+def cpu_now(gateway: subprocess.Popen[Any], runtime_worker: Any) -> dict[str, float]:
+    """CPU seconds so far of the gateway, the runtime worker's own process and this one."""
+    return {
+        "gateway": sum(cpu_of(tree_pids(gateway.pid)).values()),
+        "runtime": cpu_of([runtime_worker.pid])[runtime_worker.pid] if runtime_worker else 0.0,
+        "client": time.process_time(),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--sessions", default="1,16,100")
     parser.add_argument("--kinds", default="http,stdio,sandbox")
+    parser.add_argument("--cold", type=int, default=0, help="more cold calls (stdio, sandbox)")
     args = parser.parse_args()
     session_counts = [int(n) for n in args.sessions.split(",")]
     kinds = args.kinds.split(",")
@@ -306,34 +403,34 @@ def main() -> int:
         processes.append(gateway)
         gateway_base = f"http://127.0.0.1:{gateway_port}"
         wait_http(f"{gateway_base}/healthz")
+        runtime_worker = None
         if "stdio" in kinds or "sandbox" in kinds:
-            processes.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "workers",
-                        "worker",
-                        "-Q",
-                        "toolroom,runtime",
-                        "-P",
-                        "threads",
-                        "-c",
-                        "4",
-                        "-n",
-                        f"bench-{pid}@%h",
-                        "--without-gossip",
-                        "--without-mingle",
-                        "-l",
-                        "warning",
-                    ],
-                    env=full_env,
-                    cwd=ROOT,
-                    start_new_session=True,
-                )
+            runtime_worker = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "workers",
+                    "worker",
+                    "-Q",
+                    "toolroom,runtime",
+                    "-P",
+                    "threads",
+                    "-c",
+                    "4",
+                    "-n",
+                    f"bench-{pid}@%h",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "-l",
+                    "warning",
+                ],
+                env=full_env,
+                cwd=ROOT,
+                start_new_session=True,
             )
+            processes.append(runtime_worker)
             time.sleep(5)  # the worker starts its runtime manager and endpoint
         for kind in kinds:
             factories = {
@@ -348,16 +445,37 @@ def main() -> int:
                 for side in ("direct", "gateway")
             }
             cold = anyio.run(measure, factories["gateway"], 1, 1)  # starts / opens upstream
+            cold_row = len(rows)
+            sides = ["direct", "gateway"]
+            if kind != "http":
+                factories["endpoint"] = link_factory(kind)
+                sides.append("endpoint")
             for sessions in session_counts:
                 calls = max(20, args.calls // max(1, sessions // 4))
-                found: dict[str, list[float]] = {"direct": [], "gateway": []}
-                cpu = 0.0
-                for _ in range(2):  # alternate: direct, gateway, direct, gateway
-                    for side in ("direct", "gateway"):
-                        before = sum(cpu_of(tree_pids(gateway.pid)).values())
+                found: dict[str, list[float]] = {side: [] for side in sides}
+                # CPU seconds by side: the gateway process, the runtime worker's own process
+                # (not the servers it started), and this bench process (the calling client).
+                spent = {side: {"gateway": 0.0, "runtime": 0.0, "client": 0.0} for side in sides}
+                for _ in range(2):  # alternate: direct, gateway(, endpoint), direct, ...
+                    for side in sides:
+                        before = cpu_now(gateway, runtime_worker)
                         found[side] += anyio.run(measure, factories[side], sessions, calls)
-                        if side == "gateway":
-                            cpu += sum(cpu_of(tree_pids(gateway.pid)).values()) - before
+                        after = cpu_now(gateway, runtime_worker)
+                        for what in after:
+                            spent[side][what] += after[what] - before[what]
+                print(
+                    f"{kind} {sessions} CPU ms/call by side:",
+                    {
+                        side: {
+                            what: round(seconds / len(found[side]) * 1000, 2)
+                            for what, seconds in spent[side].items()
+                        }
+                        for side in sides
+                    },
+                    flush=True,
+                )
+                cpu = spent["gateway"]["gateway"]
+                runtime_cpu = spent["gateway"]["runtime"]
                 d50, g50 = median(found["direct"]), median(found["gateway"])
                 d95, g95 = p95(found["direct"]), p95(found["gateway"])
                 rows.append(
@@ -373,10 +491,19 @@ def main() -> int:
                         f"{g95 - d95:+.2f}",
                         f"{g50 / d50:.2f}x",
                         f"{cpu / len(found['gateway']) * 1000:.2f}",
+                        f"{runtime_cpu / len(found['gateway']) * 1000:.2f}"
+                        if kind != "http"
+                        else "",
+                        f"{median(found['endpoint']):.2f}" if kind != "http" else "",
+                        f"{p95(found['endpoint']):.2f}" if kind != "http" else "",
                         f"{cold[0]:.0f}" if sessions == session_counts[0] else "",
                     ]
                 )
                 print(rows[-1], flush=True)
+            if kind != "http" and args.cold:
+                cold += cold_calls(kind, factories["gateway"], args.cold)
+                print(f"{kind} cold calls ms: {[round(value) for value in cold]}", flush=True)
+                rows[cold_row][-1] = f"{median(cold):.0f}"
     finally:
         for process in reversed(processes):
             stop_process(process)
@@ -398,6 +525,9 @@ def main() -> int:
                 "added p95",
                 "gateway/direct p50",
                 "gateway CPU ms/call",
+                "runtime worker CPU ms/call",
+                "endpoint p50 ms",
+                "endpoint p95 ms",
                 "cold call ms",
             ],
             rows,

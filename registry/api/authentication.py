@@ -17,7 +17,7 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
-from registry.catalogue.cache import CatalogueCache, catalogue_cache
+from registry.core.cache import CatalogueCache, catalogue_cache
 from registry.teams.tokens import TOKEN_PREFIX, AgentIdentity, TokenRejected, token_authenticate
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework.throttling import ScopedRateThrottle
 
-from registry.catalogue.cache import CACHE_ERRORS, cache_trip, catalogue_cache
+from registry.core.cache import CACHE_ERRORS, cache_trip, catalogue_cache
 
 
 class DegradableScopedRateThrottle(ScopedRateThrottle):

@@ -10,7 +10,7 @@ from registry.audit.models import AuditEvent
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AuditEventAdmin(admin.ModelAdmin[AuditEvent]):
     # Short columns, so the summary (what happened, in words) keeps its room at 1366 px.
     list_display = ["when", "who", "action", "target", "summary"]
     list_filter = ["action", "target_type"]

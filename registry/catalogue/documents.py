@@ -17,8 +17,8 @@ from typing import Any
 from django.conf import settings
 from django.utils.http import parse_etags
 
-from registry.catalogue.cache import catalogue_cache
 from registry.catalogue.versions import CatalogueState
+from registry.core.cache import catalogue_cache
 from registry.teams.tokens import AgentIdentity
 
 

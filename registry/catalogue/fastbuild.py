@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from registry.catalogue.cache import cache_degraded
 from registry.catalogue.documents import catalogue_document
 from registry.catalogue.fragments import tools_document_body
 from registry.catalogue.search import SearchRequest, search_document
 from registry.catalogue.versions import CatalogueState
+from registry.core.cache import cache_degraded
 from registry.core.request_ids import request_id_bound
 from registry.teams.tokens import AgentIdentity, token_mark_used
 

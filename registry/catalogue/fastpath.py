@@ -5,7 +5,8 @@ threads around its middleware; for an answer made of two or three Redis reads th
 times the answer itself. This wrapper answers `GET /api/v1/catalogue` in the event loop when, and
 only when, everything is in Redis and good: the token's cached lookup passes the very same check
 (`identity_from_entry`), the team's state is cached and not past its expiry, the parameters are
-plain, and either the agent's ETag is current (304) or the document is cached (200). When only the
+plain, and either the agent's ETag is current (304) or the document is cached (200; a search
+answer also kept in the process under its ETag, registry.catalogue.search). When only the
 document is missing (a new version, or the document cache turned off), it is built the way the view
 builds it, in one worker thread without Django's middleware and DRF (registry.catalogue.fastbuild).
 Anything else (no or bad token, a revoked or expired one, a cold cache, odd parameters, another
@@ -41,16 +42,6 @@ from django.db import close_old_connections, connection, transaction
 from django.http.request import split_domain_port, validate_host
 from redis import asyncio as aioredis
 
-from registry.catalogue.cache import (
-    CACHE_ERRORS,
-    CatalogueCache,
-    async_connection_options,
-    cache_degraded,
-    cache_trip,
-    catalogue_cache,
-    catalogue_cache_confirmed,
-    hot_cache,
-)
 from registry.catalogue.documents import (
     catalogue_etag,
     document_key,
@@ -64,9 +55,21 @@ from registry.catalogue.search import (
     MAX_QUERY_LENGTH,
     MAX_SEARCH_LIMIT,
     SearchRequest,
+    search_answer_keep,
+    search_answer_kept,
     search_variant,
 )
 from registry.catalogue.versions import CatalogueState, state_key
+from registry.core.cache import (
+    CACHE_ERRORS,
+    CatalogueCache,
+    async_connection_options,
+    cache_degraded,
+    cache_trip,
+    catalogue_cache,
+    catalogue_cache_confirmed,
+    hot_cache,
+)
 from registry.core.request_ids import request_id_for
 from registry.teams.tokens import (
     AgentIdentity,
@@ -221,11 +224,16 @@ class CatalogueFastPath:
         else:
             body = None
             if settings.TOOLROOM_CATALOGUE_CACHE_SECONDS > 0:
-                body = _unpickle(
-                    await client.get(backend.make_and_validate_key(document_key(etag)))
-                )
-                if not cache.intact():
-                    raise _NotHere
+                if search is not None:  # kept in the process (registry.catalogue.search)
+                    body = search_answer_kept(epoch=cache.epoch, etag=etag, now=now)
+                if body is None:
+                    body = _unpickle(
+                        await client.get(backend.make_and_validate_key(document_key(etag)))
+                    )
+                    if not cache.intact():
+                        raise _NotHere
+                    if search is not None and isinstance(body, bytes):
+                        search_answer_keep(epoch=cache.epoch, etag=etag, body=body, now=now)
             status, origin, extra = 200, b"hit", []
             if not isinstance(body, bytes):  # not cached: built in one thread, as Django would
                 body, origin, extra = await self._build(
@@ -237,6 +245,8 @@ class CatalogueFastPath:
                     headers=headers,
                     search=search,
                 )
+                if search is not None and cache.intact():
+                    search_answer_keep(epoch=cache.epoch, etag=etag, body=body, now=now)
             extra = [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

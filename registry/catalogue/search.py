@@ -24,7 +24,7 @@ from registry.catalogue.selectors import Catalogue, catalogue_for_agent
 from registry.search.index import document_fields
 from registry.search.ranking import SearchDocument, SearchModel
 from registry.search.selectors import tool_search_match
-from registry.search.text import query_terms
+from registry.search.text import query_terms, weighted_query_terms
 
 DEFAULT_SEARCH_LIMIT = 10
 MAX_SEARCH_LIMIT = 50
@@ -33,6 +33,10 @@ MAX_QUERY_LENGTH = 500
 # gateway's call tables): every change that alters a catalogue bumps the version, so an entry is
 # exactly as fresh as a cached document. Searches then rank without rebuilding the catalogue.
 CANDIDATES_MAX = 256
+# Rendered search answers the ASGI fast path keeps in the process under their ETag (which holds
+# the team's version), beside the copy in Redis: at most this many, each for at most
+# TOOLROOM_CATALOGUE_CACHE_SECONDS, only while the document cache is on.
+ANSWERS_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -58,10 +62,48 @@ def search_variant(*, fmt: str, category: str | None, query: str, limit: int) ->
     return f"search|{fmt}|{category or ''}|{limit}|{digest}"
 
 
+_answers: OrderedDict[tuple[int, str], tuple[bytes, float]] = OrderedDict()
+_answers_lock = threading.Lock()
+
+
 def catalogue_search_forget() -> None:
-    """Drop the catalogues kept for searching (tests that roll back and reuse ids and versions)."""
+    """Drop the catalogues and answers kept for searching (tests that roll back and reuse ids
+    and versions)."""
     with _candidates_lock:
         _candidates.clear()
+    with _answers_lock:
+        _answers.clear()
+
+
+def search_answer_kept(*, epoch: int, etag: str, now: float) -> bytes | None:
+    """The search answer kept in this process for this ETag under this cache epoch, if any.
+
+    The ETag holds the team's catalogue version (and the role, the query's terms, the format):
+    a change that moves the version makes a new ETag, so a kept answer is as fresh as the
+    document cached in Redis under the same ETag; the epoch keeps a restored database's
+    repeated versions apart."""
+    with _answers_lock:
+        kept = _answers.get((epoch, etag))
+        if kept is None:
+            return None
+        body, expires = kept
+        if expires <= now:
+            del _answers[(epoch, etag)]
+            return None
+        _answers.move_to_end((epoch, etag))
+        return body
+
+
+def search_answer_keep(*, epoch: int, etag: str, body: bytes, now: float) -> None:
+    """Keep a search answer (the document cached, or about to be, under `etag`)."""
+    ttl = settings.TOOLROOM_CATALOGUE_CACHE_SECONDS
+    if ttl <= 0:
+        return
+    with _answers_lock:
+        _answers[(epoch, etag)] = (body, now + ttl)
+        _answers.move_to_end((epoch, etag))
+        while len(_answers) > ANSWERS_MAX:
+            _answers.popitem(last=False)
 
 
 def searchable(catalogue: Catalogue) -> SearchableCatalogue:
@@ -149,10 +191,11 @@ def catalogue_search(
     """
     kept = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
     catalogue = kept.catalogue
-    terms = query_terms(query)
+    weighted = weighted_query_terms(query)
+    terms = [term for term, _ in weighted]
     if limit <= 0 or not terms or not catalogue.tools:
         return replace(catalogue, tools=[], servers=[])
-    ranked = kept.model.rank(terms=terms, matched=tool_search_match(terms=terms), limit=limit)
+    ranked = kept.model.rank(terms=weighted, matched=tool_search_match(terms=terms), limit=limit)
     tools = [kept.by_id[tool_id] for tool_id in ranked]
     found_servers = {tool.server_id for tool in tools}
     return replace(

@@ -31,7 +31,7 @@ from django.db import transaction
 from django.db.models import F, Min
 from django.utils import timezone
 
-from registry.catalogue.cache import (
+from registry.core.cache import (
     CACHE_ERRORS,
     CatalogueCache,
     cache_epoch_bump,

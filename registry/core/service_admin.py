@@ -16,11 +16,13 @@ from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
 from django.contrib import admin, messages
+from django.db.models import Model
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from registry.core.errors import ApplicationError
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Model)
 
 _FAILED = "save_failed"
 # Per request: what its save left for its answer. Gone with the request.
@@ -28,8 +30,8 @@ _handed: WeakKeyDictionary[HttpRequest, dict[str, Any]] = WeakKeyDictionary()
 _handed_lock = threading.Lock()  # requests are served by several threads at once
 
 
-class ServiceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """A ModelAdmin that saves through services (see the module's docstring)."""
+class ServiceAdmin(admin.ModelAdmin[M]):
+    """A ModelAdmin of model M that saves through services (see the module's docstring)."""
 
     def run_service(self, request: HttpRequest, call: Callable[[], T]) -> T | None:
         """`call()`, or None after showing its refusal and marking the save failed."""
@@ -59,13 +61,13 @@ class ServiceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return _handed.get(request, {}).get(key)
 
     def response_add(
-        self, request: HttpRequest, obj: Any, post_url_continue: Any = None
+        self, request: HttpRequest, obj: M, post_url_continue: str | None = None
     ) -> HttpResponse:
         if self.save_failed(request):
             return HttpResponseRedirect(request.path)
         return super().response_add(request, obj, post_url_continue)
 
-    def response_change(self, request: HttpRequest, obj: Any) -> HttpResponse:
+    def response_change(self, request: HttpRequest, obj: M) -> HttpResponse:
         if self.save_failed(request):
             return HttpResponseRedirect(request.path)
         return super().response_change(request, obj)

@@ -16,7 +16,7 @@ from registry.servers.models import McpServer
 
 
 @admin.register(ServerGatewayPolicy)
-class ServerGatewayPolicyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ServerGatewayPolicyAdmin(admin.ModelAdmin[ServerGatewayPolicy]):
     """How the gateway may reach a server; saved through the service (audited, and announced so
     the next call checks see it)."""
 
@@ -67,7 +67,7 @@ def gateway_policy_summary(server: McpServer) -> SafeString:
 
 
 @admin.register(ToolCall)
-class ToolCallAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ToolCallAdmin(admin.ModelAdmin[ToolCall]):
     """Every call through the gateway; read-only (rows are append-only)."""
 
     list_display = [

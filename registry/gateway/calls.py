@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
+from django.conf import settings
 from django.db.models import Q
 
-from registry.catalogue.cache import hot_cache
 from registry.catalogue.naming import namespaced_tool_name
 from registry.catalogue.selectors import UnknownRole, catalogue_for_agent
 from registry.catalogue.versions import catalogue_state
+from registry.core.cache import hot_cache
 from registry.gateway.models import (
     DEFAULT_CALL_DEADLINE_SECONDS,
     DEFAULT_IDLE_STOP_SECONDS,
@@ -81,6 +82,8 @@ def rest_conversation_key(*, token_id: int, conversation: str) -> str:
 
 PRIVATE_SENSITIVITIES = frozenset({DataSensitivity.CONFIDENTIAL, DataSensitivity.SECRET})
 RATCHET_SECONDS = 24 * 3600
+# A stateless caller's conversation when it names none (token_conversation).
+UNNAMED_CONVERSATION_PREFIX = "agent-recent:"
 _TABLES_MAX = 4096
 
 
@@ -362,10 +365,26 @@ def conversation_private_data_seen(*, conversation: str) -> str | None:
     return str(value) if value is not None else None
 
 
+def token_conversation(token_id: int) -> str:
+    """The conversation of a stateless caller that names none: its token, marked for a sliding
+    window after each private read (docs/gateway.md, "Conversation key")."""
+    return f"{UNNAMED_CONVERSATION_PREFIX}{token_id}"
+
+
 def conversation_mark_private_data(*, conversation: str, server_slug: str) -> None:
-    """Remember that the conversation has read private data (called after such a call)."""
-    if conversation:
-        hot_cache().add(_ratchet_key(conversation), server_slug, RATCHET_SECONDS)
+    """Remember that the conversation has read private data (called after such a call).
+
+    Every private read renews the mark: 24 hours for a session or a named conversation, the
+    configured window for a token that names none, so the window slides from the last private
+    read and never resets at a clock boundary."""
+    if not conversation:
+        return
+    seconds = (
+        settings.TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS
+        if conversation.startswith(UNNAMED_CONVERSATION_PREFIX)
+        else RATCHET_SECONDS
+    )
+    hot_cache().set(_ratchet_key(conversation), server_slug, seconds)
 
 
 def _refuse(code: str, reason: str, name: str, **extra: Any) -> CallDecision:

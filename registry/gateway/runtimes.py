@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from registry.catalogue.cache import hot_cache
 from registry.core import task_queue
+from registry.core.cache import hot_cache
 from registry.gateway.models import GatewayMode, ServerGatewayPolicy
 from registry.servers.models import McpServer, ReviewStatus, RuntimeState, ServerStatus
 
@@ -60,6 +60,16 @@ class RuntimeLocation:
     @property
     def running(self) -> bool:
         return self.state == RuntimeState.RUNNING and bool(self.owner) and bool(self.address)
+
+    @property
+    def reachable(self) -> bool:
+        """A runtime worker holds the server (running, or claimed and starting) and listens:
+        a call may go to it now (it waits there for what the server still needs)."""
+        return (
+            self.state in (RuntimeState.RUNNING, RuntimeState.STARTING)
+            and bool(self.owner)
+            and bool(self.address)
+        )
 
 
 def server_runtime_location(*, server_id: int) -> RuntimeLocation:

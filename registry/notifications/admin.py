@@ -18,7 +18,7 @@ from registry.notifications import services
 from registry.notifications.models import WebhookDelivery, WebhookEndpoint
 
 
-class WebhookEndpointForm(forms.ModelForm):  # type: ignore[type-arg]
+class WebhookEndpointForm(forms.ModelForm[WebhookEndpoint]):
     url = forms.URLField(max_length=500, assume_scheme="https", label="URL")
 
     class Meta:
@@ -33,7 +33,7 @@ class WebhookEndpointForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(ServiceAdmin):
+class WebhookEndpointAdmin(ServiceAdmin[WebhookEndpoint]):
     form = WebhookEndpointForm
     list_display = ["url", "team", "is_active", "description", "created_by_label", "created_at"]
     list_filter = ["is_active", "team"]
@@ -83,7 +83,7 @@ class WebhookEndpointAdmin(ServiceAdmin):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class WebhookDeliveryAdmin(admin.ModelAdmin[WebhookDelivery]):
     list_display = ["event", "endpoint", "state", "attempts", "last_status_code", "created_at"]
     list_filter = ["state", "event"]
     list_select_related = ["endpoint"]

@@ -116,7 +116,7 @@ class AgentTokenForm(forms.Form):
 
     def __init__(self, *args: Any, team: Team, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        role = cast(forms.ModelChoiceField, self.fields["role"])  # type: ignore[type-arg]
+        role = cast("forms.ModelChoiceField[TeamRole]", self.fields["role"])
         role.queryset = team.roles.all()
         role.label_from_instance = _role_label  # type: ignore[method-assign]
 

@@ -21,6 +21,7 @@ from django.views.decorators.http import require_POST
 
 from registry.catalogue.explain import access_explain, tool_for_agent_name
 from registry.catalogue.selectors import catalogue_for_agent
+from registry.core.api_errors import api_not_found
 from registry.core.errors import ApplicationError
 from registry.portal import selectors
 from registry.portal.connect import connect_snippets
@@ -70,6 +71,18 @@ def refused(request: HttpRequest, status: int, message: str) -> HttpResponse:
         {"section": "", "status": status, "message": message},
         status=status,
     )
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler404: the portal's own page under /portal/ (members never see the admin's look or
+    its links), the API's JSON error or Django's page elsewhere."""
+    if request.path_info.startswith("/portal/"):
+        return refused(
+            request,
+            404,
+            "There is nothing at this address: it may have been removed, or the link is wrong.",
+        )
+    return api_not_found(request, exception)
 
 
 def team_page(*, owners_only: bool = False) -> Callable[[TeamView], TeamView]:

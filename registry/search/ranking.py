@@ -128,16 +128,25 @@ class SearchModel:
                 found.append(term)
         return found
 
-    def rank(self, *, terms: Sequence[str], matched: Collection[int], limit: int) -> list[int]:
+    def rank(
+        self,
+        *,
+        terms: Sequence[str] | Sequence[tuple[str, float]],
+        matched: Collection[int],
+        limit: int,
+    ) -> list[int]:
         """Ids of the `matched` tools of this collection, best first, at most `limit`.
 
-        `matched` is what the database found; a matched id outside the collection (a tool the
-        agent may not call) is never returned."""
+        `terms` are stems, or (stem, weight) pairs (registry.search.text.weighted_query_terms:
+        a query's expansions count EXPANSION_WEIGHT times its own words). `matched` is what the
+        database found; a matched id outside the collection (a tool the agent may not call) is
+        never returned."""
         scores = {tool_id: 0.0 for tool_id in matched if tool_id in self.names}
-        for term in terms:
+        for item in terms:
+            term, term_weight = (item, 1.0) if isinstance(item, str) else item
             postings = self._term_postings(term)
             for tool_id, weight in postings.weights.items():
                 if tool_id in scores:
-                    scores[tool_id] += postings.idf * weight / (K1 + weight)
+                    scores[tool_id] += term_weight * postings.idf * weight / (K1 + weight)
         ordered = sorted(scores, key=lambda tool_id: (-scores[tool_id], self.names[tool_id]))
         return ordered[:limit]

@@ -9,6 +9,12 @@ each stemmed by Snowball's English stemmer (`snowballstemmer`, the algorithm Pos
 `simple` configuration, FTS5's `unicode61` tokenizer without `porter`), and queries become terms
 the same way: a database matches exactly the terms the shared ranking (registry.search.ranking)
 counts.
+
+A query also searches for the words tool texts use where agents' tasks say it otherwise
+(`QUERY_SYNONYMS`, `QUERY_PHRASES`: `folder` -> `directory`, `make` -> `create`, `on call` ->
+`oncall`): those terms are matched by the database like the query's own and counted by the
+ranking at `EXPANSION_WEIGHT`, so a tool named in the task's own words still comes first. The
+map was written from the labelled set's tuning tasks only (docs/search.md).
 """
 
 from __future__ import annotations
@@ -17,11 +23,16 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any
 
 import snowballstemmer
 
 MAX_QUERY_TERMS = 16
+# Expansion terms come after the query's own, at most this many more.
+MAX_EXPANSION_TERMS = 8
+# An expansion term counts this much of a query's own term in the ranking.
+EXPANSION_WEIGHT = 1.0
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD = re.compile(r"[A-Za-z0-9]+")
 # Common English function words: identical to neither database's list on purpose, so that both
@@ -65,16 +76,90 @@ def index_text(text: str) -> str:
     return " ".join(terms(text))
 
 
-def query_terms(query: str) -> list[str]:
-    """The distinct search terms (stems) of a query, in order, at most MAX_QUERY_TERMS."""
+# Task words -> words of tool texts (tool actions, service vocabulary), lower case, unstemmed.
+# The generated tools' actions are list, get, create, update, search, delete, export and
+# summarize; the demo servers' are read, write, move, add and the git verbs.
+QUERY_SYNONYMS: Mapping[str, tuple[str, ...]] = {
+    # actions
+    "make": ("create",),
+    "new": ("create",),
+    "open": ("create",),
+    "start": ("create",),
+    "send": ("create",),
+    "post": ("create",),
+    "share": ("permission",),
+    "change": ("update",),
+    "edit": ("update",),
+    "modify": ("update",),
+    "set": ("update",),
+    "remove": ("delete",),
+    "erase": ("delete",),
+    "forget": ("delete",),
+    "find": ("search",),
+    "look": ("search",),
+    "lookup": ("search",),
+    "summary": ("summarize",),
+    "overview": ("summarize",),
+    "trend": ("summarize",),
+    "stage": ("add",),
+    "remember": ("memory", "observations"),
+    # things
+    "folder": ("directory",),
+    "folders": ("directory",),
+    "link": ("url",),
+    "links": ("url",),
+    "stock": ("inventory",),
+    "units": ("quantity",),
+    "vacation": ("time", "off"),
+    "holiday": ("time", "off"),
+    "leave": ("time", "off"),
+}
+# Two task words read as one (after splitting, before stop words are dropped).
+QUERY_PHRASES: Mapping[tuple[str, str], tuple[str, ...]] = {
+    ("on", "call"): ("oncall", "on", "call"),
+    ("text", "message"): ("sms",),
+    ("text", "messages"): ("sms",),
+    ("time", "off"): ("time", "off"),
+}
+
+
+def _expansion_words(query_words: list[str]) -> list[str]:
     found: list[str] = []
-    for term in terms(query):
-        if term in found:
-            continue
-        found.append(term)
-        if len(found) == MAX_QUERY_TERMS:
-            break
+    for first, second in pairwise(query_words):
+        found.extend(QUERY_PHRASES.get((first, second), ()))
+    for word in query_words:
+        found.extend(QUERY_SYNONYMS.get(word, ()))
     return found
+
+
+def weighted_query_terms(query: str) -> list[tuple[str, float]]:
+    """The distinct search terms (stems) of a query with their weight in the ranking, in order:
+    the query's own (1.0, at most MAX_QUERY_TERMS), then its expansions (`EXPANSION_WEIGHT`, at
+    most MAX_EXPANSION_TERMS), a term already found keeping its first weight."""
+    own: list[str] = []
+    for term in terms(query):
+        if term in own:
+            continue
+        own.append(term)
+        if len(own) == MAX_QUERY_TERMS:
+            break
+    expansions: list[str] = []
+    for word in _expansion_words(words(query)):
+        if len(word) < 2:
+            continue
+        term = stem(word)
+        if term in own or term in expansions:
+            continue
+        expansions.append(term)
+        if len(expansions) == MAX_EXPANSION_TERMS:
+            break
+    return [(term, 1.0) for term in own] + [(term, EXPANSION_WEIGHT) for term in expansions]
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct search terms (stems) of a query, its own then its expansions: what the
+    database matches."""
+    return [term for term, _ in weighted_query_terms(query)]
 
 
 def schema_text(schema: Mapping[str, Any] | None, *, depth: int = 0) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 
@@ -18,7 +19,21 @@ from registry.servers.models import (
 )
 
 
-def server_list_with_tool_counts() -> QuerySet[McpServer]:
+class ToolCounts(TypedDict):
+    """What `server_list_with_tool_counts` adds to each server."""
+
+    tools_total: int
+    tools_approved: int
+    tools_awaiting: int
+
+
+if TYPE_CHECKING:  # an alias for the type checker (the plugin reads the two arguments)
+    from django_stubs_ext import WithAnnotations
+
+    ServerWithToolCounts = WithAnnotations[McpServer, ToolCounts]
+
+
+def server_list_with_tool_counts() -> QuerySet[ServerWithToolCounts]:
     """Servers with their category, status and tool counts in one query."""
     live = Q(tools__removed_at__isnull=True)
     approved = (

@@ -7,7 +7,7 @@ easy-to-use face of guardian's object permissions: members view the team, owners
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -35,6 +35,9 @@ from registry.teams.models import (
 )
 from registry.teams.selectors import agent_tokens_with_last_use, teams_with_counts
 
+if TYPE_CHECKING:
+    from registry.teams.selectors import TeamWithCounts
+
 
 class _ServiceFailed(Exception):
     pass
@@ -49,7 +52,7 @@ def _run(request: HttpRequest, call: Any) -> Any:
         raise _ServiceFailed from exc
 
 
-class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]
+class MembershipInline(admin.TabularInline[Membership, Team]):
     model = Membership
     extra = 1
     fields = ["user", "level"]
@@ -60,14 +63,14 @@ class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]
         return super().get_queryset(request).select_related("user", "team")
 
 
-class TeamRoleInline(admin.TabularInline):  # type: ignore[type-arg]
+class TeamRoleInline(admin.TabularInline[TeamRole, Team]):
     model = TeamRole
     extra = 0
     fields = ["name", "description", "allows_read", "allows_write", "allows_connect"]
 
 
 @admin.register(Team)
-class TeamAdmin(ServiceAdmin):
+class TeamAdmin(ServiceAdmin[Team]):
     change_form_template = "admin/teams/team/change_form.html"
     list_display = ["name", "slug", "members_count", "grants_count", "agents_count"]
     search_fields = ["name", "slug"]
@@ -81,16 +84,16 @@ class TeamAdmin(ServiceAdmin):
         return ["slug"] if obj is not None else []
 
     @admin.display(description="Members", ordering="members_count")
-    def members_count(self, obj: Team) -> int:
-        return obj.members_count  # type: ignore[attr-defined,no-any-return]
+    def members_count(self, obj: TeamWithCounts) -> int:
+        return obj.members_count
 
     @admin.display(description="Active grants", ordering="grants_count")
-    def grants_count(self, obj: Team) -> int:
-        return obj.grants_count  # type: ignore[attr-defined,no-any-return]
+    def grants_count(self, obj: TeamWithCounts) -> int:
+        return obj.grants_count
 
     @admin.display(description="Agent tokens", ordering="agents_count")
-    def agents_count(self, obj: Team) -> int:
-        return obj.agents_count  # type: ignore[attr-defined,no-any-return]
+    def agents_count(self, obj: TeamWithCounts) -> int:
+        return obj.agents_count
 
     def delete_model(self, request: HttpRequest, obj: Team) -> None:
         services.team_delete(actor=request.user, team=obj)
@@ -249,7 +252,7 @@ def _expiry_picker() -> forms.DateTimeInput:
     return forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
 
 
-class GrantAddForm(forms.ModelForm):  # type: ignore[type-arg]
+class GrantAddForm(forms.ModelForm[Grant]):
     class Meta:
         model = Grant
         fields = ["team", "server", "tool", "role", "expires_at", "note"]
@@ -261,7 +264,7 @@ class RevokeForm(forms.Form):
 
 
 @admin.register(Grant)
-class GrantAdmin(ServiceAdmin):
+class GrantAdmin(ServiceAdmin[Grant]):
     form = GrantAddForm
     list_display = ["team", "server", "tool", "role", "expires_at", "granted_by", "state"]
     list_filter = ["team", "server", ("revoked_at", admin.EmptyFieldListFilter)]
@@ -370,7 +373,7 @@ class DenyRequestForm(forms.Form):
 
 
 @admin.register(AccessRequest)
-class AccessRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AccessRequestAdmin(admin.ModelAdmin[AccessRequest]):
     change_form_template = "admin/teams/accessrequest/change_form.html"
     list_display = ["__str__", "role", "state", "wished_expires_at", "requested_by", "created_at"]
     list_filter = ["state", "team", "server"]
@@ -513,7 +516,7 @@ class AccessRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return self._decide(request, queryset, approve=False, bulk=True)
 
 
-class AgentTokenAddForm(forms.ModelForm):  # type: ignore[type-arg]
+class AgentTokenAddForm(forms.ModelForm[AgentToken]):
     class Meta:
         model = AgentToken
         fields = ["team", "role", "name", "expires_at", "declared_servers"]
@@ -521,7 +524,7 @@ class AgentTokenAddForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(AgentToken)
-class AgentTokenAdmin(ServiceAdmin):
+class AgentTokenAdmin(ServiceAdmin[AgentToken]):
     form = AgentTokenAddForm
     list_display = ["name", "team", "role", "prefix", "expires_at", "revoked_at", "last_used_at"]
     list_filter = ["team", ("revoked_at", admin.EmptyFieldListFilter)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypedDict
+
 from django.db.models import Count, Prefetch, Q, QuerySet
 
 from registry.servers.models import McpServer, ReviewStatus, Tool
@@ -32,7 +34,21 @@ def requestable_servers(*, category: str | None = None) -> QuerySet[McpServer]:
     return servers
 
 
-def teams_with_counts() -> QuerySet[Team]:
+class TeamCounts(TypedDict):
+    """What `teams_with_counts` adds to each team."""
+
+    members_count: int
+    grants_count: int
+    agents_count: int
+
+
+if TYPE_CHECKING:  # an alias for the type checker (the plugin reads the two arguments)
+    from django_stubs_ext import WithAnnotations
+
+    TeamWithCounts = WithAnnotations[Team, TeamCounts]
+
+
+def teams_with_counts() -> QuerySet[TeamWithCounts]:
     """Teams with their member, active grant and usable agent-token counts (admin list)."""
     return Team.objects.annotate(
         members_count=Count("memberships", distinct=True),

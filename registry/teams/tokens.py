@@ -24,7 +24,7 @@ from typing import Any
 
 from django.db import transaction
 
-from registry.catalogue.cache import CatalogueCache, cache_epoch_bump, catalogue_cache
+from registry.core.cache import CatalogueCache, cache_epoch_bump, catalogue_cache
 
 TOKEN_PREFIX = "trm"  # noqa: S105 (the public marker)
 PREFIX_HEX_CHARS = 12

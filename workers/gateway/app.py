@@ -80,9 +80,7 @@ def build_gateway_app() -> Starlette:
         answer_questions=True,
     )
     gateway = Gateway(pool=pool, recorder=recorder)
-    server = GatewayServer(
-        gateway, conversation_window_seconds=settings.TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS
-    ).build()
+    server = GatewayServer(gateway).build()
     # Agents authenticate with a bearer token, never an ambient credential (cookie), so a
     # DNS-rebound page cannot act as an agent; the Host header is checked by the proxy in front.
     # Plain JSON answers (no SSE framing) for requests: cheaper on both sides. Servers' messages

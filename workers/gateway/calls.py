@@ -641,7 +641,9 @@ class Gateway:
                 start=True,
             )
             self._demanded[server_id] = time.monotonic()
-            while not location.running:
+            # Sent as soon as a runtime worker has claimed the server: it opens the call's
+            # per-team or per-conversation session while the server's own session starts.
+            while not location.reachable:
                 if time.monotonic() + START_POLL_SECONDS >= end:
                     raise McpFailure(
                         "timeout",
@@ -659,8 +661,9 @@ class Gateway:
                 idle_stop_seconds=target.policy.idle_stop_seconds,
                 start=False,
             )
-        self.locations[server_id] = location
-        assert location.address is not None  # noqa: S101 (running implies an address)
+        if location.running:
+            self.locations[server_id] = location  # a starting one is looked up again
+        assert location.address is not None  # noqa: S101 (reachable implies an address)
         link = self.links.get(location.address)
         if link is None:
             link = self.links[location.address] = RuntimeLink(location.address, self.secret)

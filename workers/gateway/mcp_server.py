@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from typing import Any
 
 import mcp_types as types
@@ -21,7 +20,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from registry.gateway.calls import UNKNOWN_TOOL
+from registry.gateway.calls import UNKNOWN_TOOL, token_conversation
 from registry.gateway.content import ContentEntry, agent_content, resource_lookup
 from registry.gateway.listing import team_catalogue_version, tools_list_document
 from registry.teams.tokens import AgentIdentity
@@ -59,12 +58,10 @@ def caller(ctx: ServerRequestContext[Any, Any]) -> AgentIdentity:
     return user.agent
 
 
-def conversation_key(
-    ctx: ServerRequestContext[Any, Any], identity: AgentIdentity, *, window_seconds: int
-) -> str:
+def conversation_key(ctx: ServerRequestContext[Any, Any], identity: AgentIdentity) -> str:
     """What one conversation is (docs/gateway.md): the MCP session on handshake connections;
-    on stateless ones the client's conversation id (scoped to the token), else the token over a
-    time window."""
+    on stateless ones the client's conversation id (scoped to the token), else the token (whose
+    private-data mark then lasts a sliding window after its last private read)."""
     request = ctx.request
     headers = request.headers if request is not None else {}
     if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
@@ -74,8 +71,7 @@ def conversation_key(
     given = headers.get(CONVERSATION_HEADER, "").strip()[:200]
     if given:
         return f"token:{identity.token_id}:conversation:{given}"
-    window = int(time.time() // max(1, window_seconds))
-    return f"token:{identity.token_id}:window:{window}"
+    return token_conversation(identity.token_id)
 
 
 class _ToolroomServer(Server[Any]):
@@ -98,9 +94,8 @@ class _ToolroomServer(Server[Any]):
 class GatewayServer:
     """Builds the SDK `Server` whose handlers use one `Gateway`."""
 
-    def __init__(self, gateway: Gateway, *, conversation_window_seconds: int) -> None:
+    def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        self.window = conversation_window_seconds
         self._lists: dict[str, types.ListToolsResult] = {}
         self._watched: dict[str, asyncio.Task[None]] = {}
         self.listen = TeamListen()
@@ -245,7 +240,7 @@ class GatewayServer:
             target=entry.target,
             name=name,
             op=operation,
-            conversation=conversation_key(ctx, identity, window_seconds=self.window),
+            conversation=conversation_key(ctx, identity),
             version=version,
         )
         if outcome.code != "allowed":
@@ -260,7 +255,7 @@ class GatewayServer:
             questions = client_asker(ctx, params, token_id=identity.token_id)
         except InvalidState as exc:
             raise MCPError(types.INVALID_PARAMS, f"Toolroom: {exc}") from exc
-        conversation = conversation_key(ctx, identity, window_seconds=self.window)
+        conversation = conversation_key(ctx, identity)
         meta = await meta_call(  # find_tools and call_tool in search mode (search_tools.py)
             gateway=self.gateway,
             identity=identity,

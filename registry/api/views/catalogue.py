@@ -29,7 +29,6 @@ from registry.api.serializers import (
     ClientConfigQuerySerializer,
     OfficialListQuerySerializer,
 )
-from registry.catalogue.cache import cache_degraded
 from registry.catalogue.documents import (
     catalogue_document,
     catalogue_etag,
@@ -57,6 +56,7 @@ from registry.catalogue.selectors import (
     catalogue_preflight,
 )
 from registry.catalogue.versions import CatalogueState, catalogue_state
+from registry.core.cache import cache_degraded
 from registry.teams.tokens import AgentIdentity, token_mark_used
 
 ERROR_RESPONSES = {

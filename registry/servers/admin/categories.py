@@ -14,7 +14,7 @@ from registry.servers.models import (
 
 
 @admin.register(Category)
-class CategoryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class CategoryAdmin(admin.ModelAdmin[Category]):
     list_display = ["name", "slug", "description"]
     search_fields = ["name", "slug"]
 

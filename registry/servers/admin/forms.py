@@ -67,7 +67,7 @@ class ArgvField(forms.CharField):
         return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
 
 
-class McpServerAdminForm(forms.ModelForm):  # type: ignore[type-arg]
+class McpServerAdminForm(forms.ModelForm[McpServer]):
     command = ArgvField(
         required=False,
         help_text="stdio only: the program on the first line, then one argument per line. "

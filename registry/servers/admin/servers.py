@@ -6,7 +6,7 @@ management commands do; the admin only gathers input and shows results.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -63,6 +63,9 @@ from registry.servers.selectors import (
 
 TOOLS_SHOWN_ON_SERVER_PAGE = 50  # per page of the server page's tools
 
+if TYPE_CHECKING:
+    from registry.servers.selectors import ServerWithToolCounts
+
 
 class HealthFilter(admin.SimpleListFilter):
     title = "health"
@@ -114,7 +117,7 @@ SERVER_DECISIONS: list[tuple[str, str]] = [
 
 
 @admin.register(McpServer)
-class McpServerAdmin(ServiceAdmin):
+class McpServerAdmin(ServiceAdmin[McpServer]):
     form = McpServerAdminForm
     change_form_template = "admin/servers/mcpserver/change_form.html"
     change_list_template = "admin/servers/mcpserver/change_list.html"
@@ -256,16 +259,16 @@ class McpServerAdmin(ServiceAdmin):
         return badge(health, Health(health).label)
 
     @admin.display(description="Tools", ordering="tools_total")
-    def tools_total(self, obj: McpServer) -> int:
-        return obj.tools_total  # type: ignore[attr-defined,no-any-return]
+    def tools_total(self, obj: ServerWithToolCounts) -> int:
+        return obj.tools_total
 
     @admin.display(description="Approved", ordering="tools_approved")
-    def tools_approved(self, obj: McpServer) -> int:
-        return obj.tools_approved  # type: ignore[attr-defined,no-any-return]
+    def tools_approved(self, obj: ServerWithToolCounts) -> int:
+        return obj.tools_approved
 
     @admin.display(description="Awaiting", ordering="tools_awaiting")
-    def tools_awaiting(self, obj: McpServer) -> SafeString | int:
-        count: int = obj.tools_awaiting  # type: ignore[attr-defined]
+    def tools_awaiting(self, obj: ServerWithToolCounts) -> SafeString | int:
+        count = obj.tools_awaiting
         if not count:
             return 0
         url = reverse("admin:servers_tool_changelist")

@@ -90,7 +90,7 @@ class FindingsFilter(admin.SimpleListFilter):
 
 
 @admin.register(Tool)
-class ToolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ToolAdmin(admin.ModelAdmin[Tool]):
     change_form_template = "admin/servers/tool/change_form.html"
     # What fits a 1366 px screen beside the filters; the hash and dates are on the tool's page.
     list_display = ["tool_name", "server", "approval_badge", "findings_count", "permission", "seen"]

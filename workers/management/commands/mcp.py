@@ -250,7 +250,7 @@ class Command(BaseCommand):
                     server.slug,
                     server.review_status,
                     status.health if status else "unknown",
-                    f"{server.tools_approved}/{server.tools_total}",  # type: ignore[attr-defined]
+                    f"{server.tools_approved}/{server.tools_total}",
                     last,
                     latency,
                     runtime_display_state(status),

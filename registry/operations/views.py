@@ -7,8 +7,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from registry.core.metrics import metrics_allowed, metrics_exposition
-from registry.core.readiness import FAILING, readiness_report
+from registry.operations.metrics import metrics_allowed, metrics_exposition
+from registry.operations.readiness import FAILING, readiness_report
 
 
 @never_cache

@@ -104,7 +104,7 @@ class FleetCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         from registry.core.models import ProcessHeartbeat  # noqa: PLC0415
-        from registry.core.readiness import readiness_report  # noqa: PLC0415
+        from registry.operations.readiness import readiness_report  # noqa: PLC0415
         from registry.servers.models import (  # noqa: PLC0415
             DiscoveryRun,
             McpServer,

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from registry.core.models import ProcessKind
-from registry.core.readiness import process_heartbeat_fresh
+from registry.operations.readiness import process_heartbeat_fresh
 
 
 class Command(BaseCommand):

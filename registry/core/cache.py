@@ -191,7 +191,7 @@ def _server_run_id(backend: Any) -> str | None:
 def _revalidate(process_cache: _ProcessCache) -> None:
     from django.db.models import F  # noqa: PLC0415
 
-    from registry.catalogue.models import CatalogueCacheEpoch  # noqa: PLC0415
+    from registry.core.models import CatalogueCacheEpoch  # noqa: PLC0415
 
     serial = process_cache.serial
     try:
@@ -349,7 +349,7 @@ def cache_epoch_bump(*, reason: str) -> None:
     once it revalidates, and at once for this one."""
     from django.db.models import F  # noqa: PLC0415
 
-    from registry.catalogue.models import CatalogueCacheEpoch  # noqa: PLC0415
+    from registry.core.models import CatalogueCacheEpoch  # noqa: PLC0415
 
     process_cache = _current()
     logger.warning("catalogue cache epoch moved: %s", reason)

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from registry.catalogue.cache import CACHE_ERRORS, cache_status, hot_cache
+from registry.core.cache import CACHE_ERRORS, cache_status, hot_cache
 from registry.core.models import ProcessHeartbeat, ProcessKind
 
 OK, DEGRADED, FAILING = "ok", "degraded", "failing"

@@ -1,0 +1,1 @@
+"""The catalogue's commands: access_report (the auditors' export of what a team can use)."""

@@ -1,0 +1,1 @@
+"""The operators' commands: probe (a container's health check), rotate_secrets_key."""
