@@ -13,6 +13,7 @@ from mcp import MCPError
 from registry.gateway.services import server_gateway_policy_set
 from registry.servers import services as server_services
 from registry.servers.models import CircuitState, Health, ServerStatus, Transport
+from registry.servers.operations.launch import LaunchPlan
 from tests.factories import (
     AgentTokenFactory,
     GrantFactory,
@@ -21,7 +22,9 @@ from tests.factories import (
 )
 from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client, text_of
 from tests.mcp_fixtures import free_port, http_scenario_server, start_http_scenario  # noqa: F401
+from workers.adapters.mcp_client import McpFailure
 from workers.health import run_health_batch
+from workers.session_pool import UpstreamPool
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -230,3 +233,97 @@ def test_a_session_the_upstream_dropped_is_reopened_transparently(gateway, team,
     assert second.is_error is False, text_of(second)
     assert text_of(second) == "3"
     assert list(gateway.app.state.pool.sessions.values()) != list(pooled.values())
+
+
+def test_a_drained_pooled_session_finishes_its_calls_and_refuses_later_ones_as_not_sent(
+    http_scenario_server,  # noqa: F811 (the fixture imported above)
+):
+    """A session dropped with `drain` (the upstream forgot it: HTTP 404) still answers the 100
+    calls it had taken; a call handed to it afterwards is answered at once as never sent (kind
+    `connect`, which the gateway may retry), not left waiting for its deadline."""
+    plan = LaunchPlan(
+        server_id=1,
+        slug="echo",
+        name="Echo",
+        transport="streamable_http",
+        url=http_scenario_server.url,
+        protocol_version="2026-07-28",
+        allowed_networks=("127.0.0.0/8",),
+    )
+
+    async def load_plan():
+        return plan
+
+    async def run():
+        pool = UpstreamPool(idle_seconds=300)
+        answers: dict[int, object] = {}
+        async with anyio.create_task_group() as group:
+            pool.attach(group)
+            session, _ = await pool.session((1, "shared"), load_plan)
+
+            async def call(index):
+                try:
+                    answers[index] = await session.request(
+                        lambda c: c.call_tool("echo", {"text": f"c{index}"})
+                    )
+                except McpFailure as failure:
+                    answers[index] = failure
+
+            with anyio.move_on_after(20):  # far beyond "at once"
+                async with anyio.create_task_group() as calls:
+                    for index in range(100):
+                        calls.start_soon(call, index)
+                    await anyio.sleep(0)  # the 100 calls are queued
+                    await pool.drop((1, "shared"), session, drain=True)
+                    calls.start_soon(call, 100)  # behind the drain
+            group.cancel_scope.cancel()
+        return answers
+
+    answers = anyio.run(run)
+
+    assert sorted(answers) == list(range(101))
+    texts = [answers[i]["content"][0]["text"] for i in range(100)]
+    assert texts == [f"c{i}" for i in range(100)]
+    late = answers[100]
+    assert isinstance(late, McpFailure)
+    assert late.kind == "connect"
+    assert "before the call was sent" in late.message
+
+
+def test_100_sessions_calling_when_the_upstream_dropped_the_pooled_session(gateway, team, token):
+    """The upstream restarted and forgot the pooled handshake session; 100 sessions then call at
+    once, each getting HTTP 404 for it. The dead session is reopened once for all of them: no
+    call drops the session another call has just reopened, none waits for its deadline."""
+    port = free_port()
+    running = start_http_scenario(port=port)
+    try:
+        server = discovered_http_server("restarting", running.url)
+        ServerStatus.objects.filter(server=server).update(protocol_version="2025-11-25")
+        GrantFactory(team=team, server=server)
+
+        async def calls(count):
+            results = {}
+            ready = anyio.Event()
+
+            async def one(index):
+                async with gateway_client(gateway.url, token) as client:
+                    await ready.wait()
+                    results[index] = await client.call_tool("restarting__add", {"a": index, "b": 1})
+
+            async with anyio.create_task_group() as group:
+                for index in range(count):
+                    group.start_soon(one, index)
+                await anyio.sleep(2.0)  # let the sessions open, then release them at once
+                ready.set()
+            return results
+
+        anyio.run(calls, 20)  # the pooled session is open and used by several calls
+        running.stop()
+        running = start_http_scenario(port=port)
+        results = anyio.run(calls, 100)
+    finally:
+        running.stop()
+
+    errors = {i: text_of(r) for i, r in results.items() if r.is_error}
+    assert errors == {}
+    assert {i: text_of(r) for i, r in results.items()} == {i: str(i + 1) for i in range(100)}

@@ -38,13 +38,22 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CONNECT_DEADLINE = 10.0
-_STOP = object()
+_STOP = object()  # close now: calls in flight are cut off
+_DRAIN = object()  # take no more calls, close once the calls in flight have ended
 
 
-@dataclass
+@dataclass(eq=False)
 class _Work:
     fn: Callable[[McpConnection], Awaitable[Any]]
     future: asyncio.Future[Any]
+    started: bool = False  # its task ran: the request may have gone out
+
+
+def _unsent(failure: McpFailure) -> McpFailure:
+    """The failure of a call the session took but never sent: provably not reached (retryable)."""
+    return McpFailure(
+        "connect", f"the upstream session ended before the call was sent ({failure.message})"
+    )
 
 
 class UpstreamSession:
@@ -60,7 +69,7 @@ class UpstreamSession:
         self.failure: McpFailure | None = None
         self.last_used = time.monotonic()
         self.in_flight = 0
-        self.serving: set[asyncio.Future[Any]] = set()  # the futures of calls being served
+        self.serving: set[_Work] = set()  # the calls taken from the queue, not finished
 
     @property
     def alive(self) -> bool:
@@ -75,8 +84,8 @@ class UpstreamSession:
         await self.queue.put(_Work(fn, future))
         return await future
 
-    async def stop(self) -> None:
-        await self.queue.put(_STOP)
+    async def stop(self, *, drain: bool = False) -> None:
+        await self.queue.put(_DRAIN if drain else _STOP)
 
     async def own(self) -> None:
         """Open, serve, close: everything on this one task."""
@@ -106,19 +115,20 @@ class UpstreamSession:
             while not self.queue.empty():
                 item = self.queue.get_nowait()
                 if isinstance(item, _Work) and not item.future.done():
-                    item.future.set_exception(ended)
+                    item.future.set_exception(_unsent(ended))
             # Calls cut off when the session died under them (their tasks were cancelled with
-            # it) end now with why, not at their deadline.
-            for future in list(self.serving):
-                if not future.done():
-                    future.set_exception(ended)
+            # it) end now with why, not at their deadline; one whose task never ran was not sent.
+            for work in list(self.serving):
+                if not work.future.done():
+                    work.future.set_exception(ended if work.started else _unsent(ended))
+            self.serving.clear()
 
     async def _serve(self, connection: McpConnection) -> None:
         dead: list[McpFailure] = []
 
         async def handle(work: _Work) -> None:
+            work.started = True
             self.in_flight += 1
-            self.serving.add(work.future)
             try:
                 result = await work.fn(connection)
             except McpFailure as failure:
@@ -136,7 +146,7 @@ class UpstreamSession:
             finally:
                 self.in_flight -= 1
                 if work.future.done():  # else cut off: `own` ends it with the session's failure
-                    self.serving.discard(work.future)
+                    self.serving.discard(work)
                 self.last_used = time.monotonic()
 
         async with anyio.create_task_group() as group:
@@ -145,6 +155,9 @@ class UpstreamSession:
                 if item is _STOP:
                     group.cancel_scope.cancel()
                     break
+                if item is _DRAIN:
+                    break  # the task group waits for the calls in flight
+                self.serving.add(item)  # answered by `own` even if its task never runs
                 group.start_soon(handle, item)
         if dead:
             self.failure = dead[0]
@@ -201,10 +214,18 @@ class UpstreamPool:
             raise session.failure or McpFailure("closed", "The upstream session closed.")
         return session, fresh
 
-    async def drop(self, key: tuple[int, str]) -> None:
-        session = self.sessions.pop(key, None)
-        if session is not None:
-            await session.stop()
+    async def drop(
+        self, key: tuple[int, str], session: UpstreamSession | None = None, *, drain: bool = False
+    ) -> None:
+        """Close the session of `key`; with `session`, only if it is still that one (calls that
+        found a session dead all drop it, and must not drop the one another call reopened).
+        With `drain` the calls in flight on it end as they will (the next calls open a new
+        session at once); otherwise they are cut off."""
+        current = self.sessions.get(key)
+        if current is None or (session is not None and current is not session):
+            return
+        del self.sessions[key]
+        await current.stop(drain=drain)
 
     async def drop_server(self, server_id: int) -> None:
         """Close every session of one server (it stopped, or moved to another worker)."""

@@ -306,6 +306,18 @@ class _GuardedBackend(httpcore2.AnyIOBackend):
         raise last_error or httpcore2.ConnectError(f"{host} has no address")
 
 
+# One MCP session's connections. No cap on their number: the gateway's per-server concurrency
+# limit bounds the requests in flight, and a cap here would only queue them a second time. Idle
+# connections are kept for as many calls as usually run at once (httpx2 keeps 20 by default, so
+# a burst of 100 calls closed and reopened 80 connections per wave), and for 2 s: well under the
+# idle timeout of common servers (uvicorn and Node 5 s), so a server never closes a connection
+# while we are sending on it. When that race hit, the failed POST ended the SDK transport and
+# with it every call in flight on the session (measured at 100 sessions, docs/benchmarks.md).
+HTTP_LIMITS = httpx2.Limits(
+    max_connections=None, max_keepalive_connections=128, keepalive_expiry=2.0
+)
+
+
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     """One TLS context (system CA bundle) for every HTTP client of this process.
@@ -346,7 +358,9 @@ def guarded_http_client(
 ) -> httpx2.AsyncClient:
     """An HTTP client for MCP traffic: our headers and timeouts, no proxy from the environment,
     and the network guard on every connection it opens."""
-    transport = httpx2.AsyncHTTPTransport(trust_env=False, verify=_tls_context())
+    transport = httpx2.AsyncHTTPTransport(
+        trust_env=False, verify=_tls_context(), limits=HTTP_LIMITS
+    )
     # httpx2 offers no public way to pass a network backend; the pool is created here, unused.
     transport._pool._network_backend = _GuardedBackend(allowed_networks)
     return httpx2.AsyncClient(

@@ -557,9 +557,9 @@ class Gateway:
             except McpFailure as failure:
                 if session_dropped(failure) and not reopened:
                     # The server forgot the session (restarted, expired it): HTTP 404, the
-                    # request never reached the tool. Open a new session, once.
+                    # request never reached the tool. Open a new session, once (`_once`
+                    # dropped the dead one).
                     reopened = True
-                    await self.pool.drop(key)
                     continue
                 safe = failure.kind in _NOT_REACHED or (
                     target.permission_class == "read" and failure.kind == "closed"
@@ -609,7 +609,14 @@ class Gateway:
                 connection, target, arguments, timeout=remaining, meta=meta, asker=asker
             )
 
-        return await session.request(work)
+        try:
+            return await session.request(work)
+        except McpFailure as failure:
+            if session_dropped(failure):
+                # Only that one, not one another call reopened since; the calls in flight on
+                # it get their own 404 (they never reached the tool) and reopen too.
+                await self.pool.drop(key, session, drain=True)
+            raise
 
     async def _through_runtime(  # noqa: PLR0917 (private steps of one call)
         self,
