@@ -132,6 +132,13 @@ class RuntimeEndpoint:
                 task.add_done_callback(tasks.discard)
         except (ConnectionError, ValueError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # `close` cancels the connections; the handler ends quietly, since Python 3.11's
+            # stream server asks a cancelled handler task for its exception and logs the
+            # CancelledError as an error ("Exception in callback ... connection_made").
+            if current is None or current.cancelling() == 0:
+                raise
+            current.uncancel()
         finally:
             for task in tasks:
                 task.cancel()
