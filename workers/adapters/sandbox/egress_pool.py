@@ -299,12 +299,7 @@ class EgressPool:
 
     def wait_network(self, lease: EgressLease, *, timeout: float) -> None:
         """Wait until a fresh lease's network exists: its server may start then."""
-        entry = lease.entry
-        if not entry.network_made.wait(timeout) or entry.dead:
-            raise SandboxError(
-                f"The egress network of {entry.server_key} is not there: "
-                + (entry.failure or "it was not made in time")
-            )
+        _wait_for_step(lease.entry, lease.entry.network_made, timeout=timeout)
 
     def server_went(self, lease: EgressLease) -> None:
         """A fresh lease's server started (or will not): the proxy and holder start now."""
@@ -312,12 +307,7 @@ class EgressPool:
 
     def wait_created(self, lease: EgressLease, *, timeout: float) -> None:
         """Wait until the lease's holder runs: the server's container may start then."""
-        entry = lease.entry
-        if not entry.created.wait(timeout) or entry.dead:
-            raise SandboxError(
-                f"The egress network of {entry.server_key} is not there: "
-                + (entry.failure or "it was not made in time")
-            )
+        _wait_for_step(lease.entry, lease.entry.created, timeout=timeout)
 
     def _create_holder(self, engine: Engine, spec: ContainerSpec, entry: StandingEgress) -> None:
         """The container whose network namespace (on the kept network only) the server's
@@ -667,3 +657,12 @@ def _role_of(engine: Engine, container_id: str) -> tuple[str, str]:
 
 EGRESS_POOL = EgressPool()
 atexit.register(EGRESS_POOL.close)
+
+
+def _wait_for_step(entry: StandingEgress, step: threading.Event, *, timeout: float) -> None:
+    """Wait for one step of making a kept network; a failed or late one is a SandboxError."""
+    if not step.wait(timeout) or entry.dead:
+        raise SandboxError(
+            f"The egress network of {entry.server_key} is not there: "
+            + (entry.failure or "it was not made in time")
+        )
