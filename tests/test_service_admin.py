@@ -54,3 +54,26 @@ def test_a_save_the_service_refuses_goes_back_to_the_form_and_saves_nothing(
     assert "Refused by the service for this test." in answer.content.decode()
     assert "was added successfully" not in answer.content.decode()
     assert not McpServer.objects.exists()
+
+
+def test_a_bulk_action_goes_on_past_a_refusal_and_counts_what_went_through(rf):
+    from django.contrib import admin
+    from django.contrib.messages.storage.fallback import FallbackStorage
+
+    from registry.core.service_admin import ServiceAdmin
+    from registry.teams.models import Team
+
+    request = rf.post("/")
+    request.session = {}
+    request._messages = FallbackStorage(request)
+    called = []
+
+    def revoke(number):
+        called.append(number)
+        if number == 2:
+            raise ApplicationError("Two is already revoked.")
+
+    done = ServiceAdmin(Team, admin.site).run_each(request, [1, 2, 3], revoke)
+
+    assert (done, called) == (2, [1, 2, 3])
+    assert [str(message) for message in request._messages] == ["Two is already revoked."]

@@ -11,7 +11,7 @@ than as attributes set on it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
@@ -48,6 +48,19 @@ class ServiceAdmin(admin.ModelAdmin[M]):
             call()
         except ApplicationError as exc:
             messages.error(request, exc.message)
+
+    def run_each(self, request: HttpRequest, items: Iterable[T], call: Callable[[T], Any]) -> int:
+        """`call(item)` for each item (a bulk action); a refusal is shown and the others go on.
+        Returns how many went through."""
+        done = 0
+        for item in items:
+            try:
+                call(item)
+            except ApplicationError as exc:
+                messages.error(request, exc.message)
+            else:
+                done += 1
+        return done
 
     def save_failed(self, request: HttpRequest) -> bool:
         return bool(self.handed_over(request, _FAILED))

@@ -39,19 +39,6 @@ if TYPE_CHECKING:
     from registry.teams.selectors import TeamWithCounts
 
 
-class _ServiceFailed(Exception):
-    pass
-
-
-def _run(request: HttpRequest, call: Any) -> Any:
-    """Run a service call, turning its refusal into an admin error message."""
-    try:
-        return call()
-    except ApplicationError as exc:
-        messages.error(request, exc.message)
-        raise _ServiceFailed from exc
-
-
 class MembershipInline(admin.TabularInline[Membership, Team]):
     model = Membership
     extra = 1
@@ -317,18 +304,13 @@ class GrantAdmin(ServiceAdmin[Grant]):
         if "confirm" in request.POST:
             form = RevokeForm(request.POST)
             if form.is_valid():
-                done = 0
-                for grant in grants:
-                    try:
-                        _run(
-                            request,
-                            lambda g=grant: services.grant_revoke(
-                                actor=request.user, grant=g, reason=form.cleaned_data["reason"]
-                            ),
-                        )
-                    except _ServiceFailed:
-                        continue
-                    done += 1
+                done = self.run_each(
+                    request,
+                    grants,
+                    lambda grant: services.grant_revoke(
+                        actor=request.user, grant=grant, reason=form.cleaned_data["reason"]
+                    ),
+                )
                 self.message_user(request, f"Revoked {done} grant(s).", messages.SUCCESS)
                 return None
         return TemplateResponse(
@@ -576,14 +558,9 @@ class AgentTokenAdmin(ServiceAdmin[AgentToken]):
 
     @admin.action(description="Revoke selected agent tokens", permissions=["change"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> Any:
-        done = 0
-        for token in queryset.filter(revoked_at__isnull=True):
-            try:
-                _run(
-                    request,
-                    lambda t=token: services.agent_token_revoke(actor=request.user, token=t),
-                )
-            except _ServiceFailed:
-                continue
-            done += 1
+        done = self.run_each(
+            request,
+            queryset.filter(revoked_at__isnull=True),
+            lambda token: services.agent_token_revoke(actor=request.user, token=token),
+        )
         self.message_user(request, f"Revoked {done} agent token(s).", messages.SUCCESS)
