@@ -1,9 +1,8 @@
-"""The tool-description scanner: what it flags, what it leaves alone, and that it stays fast."""
+"""The tool-description scanner: what it flags and what it leaves alone (speed: bench/scanner)."""
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -777,7 +776,7 @@ def _varied(value: Any, index: int) -> Any:
 
 
 @pytest.mark.exhaustive
-def test_it_scans_ten_thousand_ordinary_tools_quickly():
+def test_ten_thousand_ordinary_tools_raise_no_finding():
     published = [tool for fixture in PUBLISHED for tool in _load(fixture)]
     tools = []
     for index in range(10_000):
@@ -785,15 +784,12 @@ def test_it_scans_ten_thousand_ordinary_tools_quickly():
         tool["name"] = f"{tool['name']}_{index}"
         tools.append(tool)
 
-    started = time.process_time()
-    findings = tool_findings_by_name(tools)
-    elapsed = time.process_time() - started
+    findings = tool_findings_by_name(tools)  # speed: bench/scanner (the suite's timeout bounds it)
 
     assert findings == {}
-    assert elapsed < 5, f"10,000 tools took {elapsed:.1f} s"
 
 
-def test_it_scans_a_two_megabyte_schema_quickly():
+def test_a_two_megabyte_schema_is_flagged_as_oversized_and_nothing_else():
     properties = {
         f"field_{index}": {
             "type": "string",
@@ -806,33 +802,34 @@ def test_it_scans_a_two_megabyte_schema_quickly():
     schema = {"type": "object", "properties": properties}
     assert len(json.dumps(schema)) > 2_000_000
 
-    started = time.process_time()
     findings = scan_tool_definition(_tool(inputSchema=schema))
-    elapsed = time.process_time() - started
 
     assert [f.kind for f in findings] == ["oversized_schema"]
-    assert elapsed < 5, f"a 2 MB schema took {elapsed:.1f} s"
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "kinds"),
     [
-        "ignore " * 300_000,
-        "<" * 2_000_000,
-        "do not " * 300_000,
-        "read " * 400_000 + "~/.ssh",
-        "send " * 400_000 + "to ",
-        "\u200b" * 2_000_000,
-        _tags("ignore previous instructions ") * 10_000,
+        ("ignore " * 300_000, {"oversized_description"}),
+        ("<" * 2_000_000, {"oversized_description"}),
+        ("do not " * 300_000, {"oversized_description"}),
+        ("read " * 400_000 + "~/.ssh", {"oversized_description", "secret_or_file_request"}),
+        ("send " * 400_000 + "to ", {"oversized_description"}),
+        ("\u200b" * 2_000_000, {"oversized_description", "hidden_unicode"}),
+        (
+            _tags("ignore previous instructions ") * 10_000,
+            {"oversized_description", "hidden_unicode", "instructions_to_model"},
+        ),
     ],
     ids=["ignore", "angles", "negations", "verbs-then-path", "verbs-then-to", "zero-width", "tags"],
 )
-def test_it_does_not_slow_down_on_pathological_text(text):
-    started = time.process_time()
-    scan_tool_definition(_tool(text))
-    elapsed = time.process_time() - started
+def test_pathological_text_is_scanned_to_the_end(text, kinds):
+    """Texts built to make regular expressions backtrack: scanned (the suite's timeout bounds each,
+    bench/scanner measures how fast), flagged for their size, and for what their head or tail
+    holds."""
+    findings = scan_tool_definition(_tool(text))
 
-    assert elapsed < 5, f"took {elapsed:.1f} s"
+    assert {f.kind for f in findings} == kinds
 
 
 def test_it_only_reads_the_head_and_tail_of_huge_strings_for_phrases_but_counts_everything():
