@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,31 +18,18 @@ from registry.servers.vetting.scanner import (
     scan_tool_definition,
     tool_findings_by_name,
 )
+from tests.scanner_inputs import (
+    DATA,
+    PATHOLOGICAL_TEXTS,
+    PUBLISHED,
+    ordinary_tools,
+    two_megabyte_schema,
+)
+from tests.scanner_inputs import load as _load
+from tests.scanner_inputs import tags as _tags
+from tests.scanner_inputs import tool as _tool
 
-DATA = Path(__file__).parent / "data" / "scanner"
-# Tool lists recorded from the published servers (see tests/data/scanner/README.md).
-PUBLISHED = [
-    "mcp_server_time.json",
-    "mcp_server_git.json",
-    "server_everything.json",
-    "server_memory.json",
-    "server_filesystem.json",
-    "reference_servers_paraphrased.json",
-]
 POISONED = json.loads((DATA / "poisoned_tools.json").read_text())
-
-
-def _load(name: str) -> list[dict[str, Any]]:
-    tools: list[dict[str, Any]] = json.loads((DATA / name).read_text())
-    return tools
-
-
-def _tool(description: str = "Does one thing.", **fields: Any) -> dict[str, Any]:
-    return {
-        "name": "tool",
-        "description": description,
-        "inputSchema": {"type": "object", "properties": {}},
-    } | fields
 
 
 def _with_property(name: str, schema: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -54,10 +40,6 @@ def _only(findings: list[Finding], kind: str, location: str = "description") -> 
     matching = [f for f in findings if f.kind == kind and f.location == location]
     assert len(matching) == 1, [f.as_dict() for f in findings]
     return matching[0]
-
-
-def _tags(text: str) -> str:
-    return "".join(chr(0xE0000 + ord(ch)) for ch in text)
 
 
 # --- What published servers declare is left alone -------------------------------------------------
@@ -757,49 +739,18 @@ def test_it_keys_findings_by_tool_name_for_the_sync():
     assert by_name["add"] == [f.as_dict() for f in scan_tool_definition(tools[-1])]
 
 
-# --- Speed ----------------------------------------------------------------------------------------
-# CPU time, not wall time: a guard against pathological slowness that a busy CI machine does not
-# trip.
-
-
-def _varied(value: Any, index: int) -> Any:
-    if isinstance(value, dict):
-        return {
-            key: f"{item} (variant {index})"
-            if key in ("description", "title") and isinstance(item, str)
-            else _varied(item, index)
-            for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [_varied(item, index) for item in value]
-    return value
+# --- Inputs built for speed (bench/scanner measures it; the suite's timeout bounds each) --------
 
 
 @pytest.mark.exhaustive
 def test_ten_thousand_ordinary_tools_raise_no_finding():
-    published = [tool for fixture in PUBLISHED for tool in _load(fixture)]
-    tools = []
-    for index in range(10_000):
-        tool = _varied(published[index % len(published)], index)
-        tool["name"] = f"{tool['name']}_{index}"
-        tools.append(tool)
-
-    findings = tool_findings_by_name(tools)  # speed: bench/scanner (the suite's timeout bounds it)
+    findings = tool_findings_by_name(ordinary_tools(10_000))
 
     assert findings == {}
 
 
 def test_a_two_megabyte_schema_is_flagged_as_oversized_and_nothing_else():
-    properties = {
-        f"field_{index}": {
-            "type": "string",
-            "title": f"Field {index}",
-            "description": f"Value of field {index}; pass the page token to continue. " * 3,
-            "enum": ["alpha", "beta", "gamma"],
-        }
-        for index in range(7_500)
-    }
-    schema = {"type": "object", "properties": properties}
+    schema = two_megabyte_schema()
     assert len(json.dumps(schema)) > 2_000_000
 
     findings = scan_tool_definition(_tool(inputSchema=schema))
@@ -807,29 +758,25 @@ def test_a_two_megabyte_schema_is_flagged_as_oversized_and_nothing_else():
     assert [f.kind for f in findings] == ["oversized_schema"]
 
 
-@pytest.mark.parametrize(
-    ("text", "kinds"),
-    [
-        ("ignore " * 300_000, {"oversized_description"}),
-        ("<" * 2_000_000, {"oversized_description"}),
-        ("do not " * 300_000, {"oversized_description"}),
-        ("read " * 400_000 + "~/.ssh", {"oversized_description", "secret_or_file_request"}),
-        ("send " * 400_000 + "to ", {"oversized_description"}),
-        ("\u200b" * 2_000_000, {"oversized_description", "hidden_unicode"}),
-        (
-            _tags("ignore previous instructions ") * 10_000,
-            {"oversized_description", "hidden_unicode", "instructions_to_model"},
-        ),
-    ],
-    ids=["ignore", "angles", "negations", "verbs-then-path", "verbs-then-to", "zero-width", "tags"],
-)
-def test_pathological_text_is_scanned_to_the_end(text, kinds):
+PATHOLOGICAL_FINDINGS = {
+    "ignore": {"oversized_description"},
+    "angles": {"oversized_description"},
+    "negations": {"oversized_description"},
+    "verbs-then-path": {"oversized_description", "secret_or_file_request"},
+    "verbs-then-to": {"oversized_description"},
+    "zero-width": {"oversized_description", "hidden_unicode"},
+    "tags": {"oversized_description", "hidden_unicode", "instructions_to_model"},
+}
+
+
+@pytest.mark.parametrize("name", list(PATHOLOGICAL_TEXTS))
+def test_pathological_text_is_scanned_to_the_end(name):
     """Texts built to make regular expressions backtrack: scanned (the suite's timeout bounds each,
     bench/scanner measures how fast), flagged for their size, and for what their head or tail
     holds."""
-    findings = scan_tool_definition(_tool(text))
+    findings = scan_tool_definition(_tool(PATHOLOGICAL_TEXTS[name]))
 
-    assert {f.kind for f in findings} == kinds
+    assert {f.kind for f in findings} == PATHOLOGICAL_FINDINGS[name]
 
 
 def test_it_only_reads_the_head_and_tail_of_huge_strings_for_phrases_but_counts_everything():
