@@ -204,15 +204,21 @@ def test_100_concurrent_sessions_call_at_once_without_an_error(gateway, token, e
     assert results == {index: f"s{index}" for index in range(100)}
 
 
+def _restarting_handshake_server(team, url):
+    """The server `restarting` at `url`, granted to `team`, as if discovery had negotiated the
+    handshake: the gateway's pooled session then has an Mcp-Session-Id, which the server does
+    not know once restarted (HTTP 404)."""
+    server = discovered_http_server("restarting", url)
+    ServerStatus.objects.filter(server=server).update(protocol_version="2025-11-25")
+    GrantFactory(team=team, server=server)
+    return server
+
+
 def test_a_session_the_upstream_dropped_is_reopened_transparently(gateway, team, token):
     port = free_port()
     running = start_http_scenario(port=port)
     try:
-        server = discovered_http_server("restarting", running.url)
-        # As if discovery had negotiated the handshake: the pooled session then has an
-        # Mcp-Session-Id, which the restarted server does not know (HTTP 404).
-        ServerStatus.objects.filter(server=server).update(protocol_version="2025-11-25")
-        GrantFactory(team=team, server=server)
+        _restarting_handshake_server(team, running.url)
 
         async def call():
             async with gateway_client(gateway.url, token) as client:
@@ -297,9 +303,7 @@ def test_100_sessions_calling_when_the_upstream_dropped_the_pooled_session(gatew
     port = free_port()
     running = start_http_scenario(port=port)
     try:
-        server = discovered_http_server("restarting", running.url)
-        ServerStatus.objects.filter(server=server).update(protocol_version="2025-11-25")
-        GrantFactory(team=team, server=server)
+        _restarting_handshake_server(team, running.url)
 
         async def calls(count):
             results = {}
