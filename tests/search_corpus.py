@@ -3,10 +3,10 @@
 `demo_servers.json` holds the demo servers' tools (time and git as their PyPI packages list
 them, the others written after their READMEs); `registry.json` 1,000 generated tools on 50
 servers (bench/search/make_registry.py); `tasks.json` the natural-language tasks, each with the
-tool(s) that should come first and its split: `tune` (the only tasks anyone may look at while
-tuning the ranking; t001-t080, the first held-out tasks among them since their misses were
-printed) or `held_out_2` (t081 on, written before the ranking was tuned again; reported, never
-tuned on).
+tool(s) that should come first and its split: `tune` (t001-t080, the first held-out tasks among
+them since their misses were printed) and `held_out_2` (t081-t172, reported once, so tuning data
+now too) are the tasks anyone may look at while tuning the ranking; `held_out_3` (t173 on,
+written without running the ranking) is the reporting split, never tuned on.
 """
 
 from __future__ import annotations

@@ -32,8 +32,9 @@ def test_the_labelled_set_is_large_enough_and_consistent():
     assert len(set(descriptions)) == len(descriptions)
     labelled = tasks()
     assert len(labelled) >= 60
-    assert {task.split for task in labelled} == {"tune", "held_out_2"}
+    assert {task.split for task in labelled} == {"tune", "held_out_2", "held_out_3"}
     assert len(tasks("held_out_2")) >= 50
+    assert len(tasks("held_out_3")) >= 90
     assert all(expected in names for task in labelled for expected in task.expected)
 
 
