@@ -27,9 +27,9 @@ class Thesaurus:
         lines = text.split(b"\n")
         if lines and not lines[-1]:
             lines.pop()
-        self._starts = array("I", accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
-        if not lines:
-            self._starts = array("I")
+        # Where each line starts: 0, then after each line but the last.
+        starts = accumulate((len(line) + 1 for line in lines[:-1]), initial=0)
+        self._starts = array("I", starts if lines else ())
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -63,7 +63,7 @@ _load_lock = threading.Lock()
 
 
 def thesaurus() -> Thesaurus:
-    """The thesaurus of `THESAURUS_PATH`, read on first use (about 0.1 s) and kept."""
+    """The thesaurus of `THESAURUS_PATH`, read on first use (about 0.2 s) and kept."""
     global _loaded  # noqa: PLW0603 (one per process, read lazily)
     if _loaded is None:
         with _load_lock:
