@@ -172,6 +172,14 @@ def test_search_ranks_by_relevance_in_every_format(world):
     assert found_names(search(client, world["token"], "folder")) == ["files__list_directory"]
 
 
+def test_search_finds_through_the_thesaurus_words_no_tool_uses(world):
+    # `chronicle` and `alterations` are in no tool's text; WordNet relates them to `history` and
+    # `change`, which the database matches like the query's own words.
+    client = APIClient()
+    assert found_names(search(client, world["token"], "chronicle")) == ["git__git_log"]
+    assert found_names(search(client, world["token"], "alterations")) == ["git__git_diff"]
+
+
 def test_search_honours_limit_category_and_says_what_it_searched(world):
     client = APIClient()
     body = search(client, world["token"], "Show the files", limit=2).json()

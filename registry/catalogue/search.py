@@ -191,7 +191,8 @@ def catalogue_search(
     """
     kept = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
     catalogue = kept.catalogue
-    weighted = weighted_query_terms(query)
+    # The thesaurus's stems for the query's terms no tool of this catalogue holds (ranking.py).
+    weighted = kept.model.expanded(weighted_query_terms(query))
     terms = [term for term, _ in weighted]
     if limit <= 0 or not terms or not catalogue.tools:
         return replace(catalogue, tools=[], servers=[])

@@ -16,6 +16,11 @@ A query term of at least `PREFIX_MIN_LENGTH` characters also matches the longer 
 (`auth` -> `authent`, `repo` -> `repositori`), at `PREFIX_WEIGHT`, exactly as the databases'
 prefix queries do. Ties go to the tool's namespaced name.
 
+`SearchModel.expanded` adds, for a query term no tool of the collection holds, the related stems
+the English thesaurus (registry.search.thesaurus, from WordNet) has and the collection holds
+(`clock` -> `time`, `licence` -> `license`, `large` -> `size`), at `THESAURUS_WEIGHT`; the caller
+has the database match them with the query's own.
+
 The weights were chosen before looking at any task and then tuned only on the labelled set's
 `tune` tasks (tests/data/search/tasks.json; docs/search.md says how the split is used).
 """
@@ -29,6 +34,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from registry.search.index import INDEX_FIELDS
+from registry.search.thesaurus import Thesaurus, thesaurus
 
 # Field weights and length normalisation (b) of BM25F, by index field.
 FIELD_WEIGHTS: Mapping[str, float] = {
@@ -49,6 +55,13 @@ K1 = 2.0
 # Shorter terms match only themselves: a prefix of 3 letters matches too much.
 PREFIX_MIN_LENGTH = 4
 PREFIX_WEIGHT = 0.5
+# A query term no tool of the collection holds (not even as a prefix) is looked up in the
+# thesaurus (registry.search.thesaurus): its first THESAURUS_TERMS_PER_TERM related stems that
+# the collection holds are searched too, at most THESAURUS_MAX_TERMS a query, each counting
+# THESAURUS_WEIGHT of a query's own term.
+THESAURUS_WEIGHT = 0.5
+THESAURUS_TERMS_PER_TERM = 3
+THESAURUS_MAX_TERMS = 8
 
 
 @dataclass(frozen=True)
@@ -98,7 +111,50 @@ class SearchModel:
         self._vocabulary = sorted(exact)
         self._count = count
         self._postings: dict[str, _Postings] = {}
+        self._related: dict[str, tuple[str, ...]] = {}
         self._lock = threading.Lock()
+
+    def holds(self, term: str) -> bool:
+        """Whether a tool of the collection holds `term`, or a longer term it begins when it is
+        long enough to match as a prefix (what the database would match)."""
+        if term in self._exact:
+            return True
+        return len(term) >= PREFIX_MIN_LENGTH and bool(self._longer_terms(term))
+
+    def _thesaurus_terms(self, term: str, source: Thesaurus) -> tuple[str, ...]:
+        with self._lock:
+            cached = self._related.get(term)
+        if cached is not None:
+            return cached
+        found: tuple[str, ...] = ()
+        if not self.holds(term):
+            held = [related for related in source.related(term) if related in self._exact]
+            found = tuple(held[:THESAURUS_TERMS_PER_TERM])
+        with self._lock:
+            self._related[term] = found
+        return found
+
+    def expanded(
+        self, terms: Sequence[tuple[str, float]], *, source: Thesaurus | None = None
+    ) -> list[tuple[str, float]]:
+        """The query's weighted terms, then the thesaurus's stems for those no tool holds.
+
+        A term some tool holds is never expanded (its own match is the evidence); an unheld
+        term gets its first THESAURUS_TERMS_PER_TERM related stems that a tool holds exactly, at
+        THESAURUS_WEIGHT, at most THESAURUS_MAX_TERMS in all. Both depend only on the terms and
+        the collection (the catalogue version), so equal term sets get equal answers."""
+        source = thesaurus() if source is None else source
+        seen = {term for term, _ in terms}
+        added: list[tuple[str, float]] = []
+        for term, _ in terms:
+            for related in self._thesaurus_terms(term, source):
+                if related in seen:
+                    continue
+                seen.add(related)
+                added.append((related, THESAURUS_WEIGHT))
+                if len(added) == THESAURUS_MAX_TERMS:
+                    return [*terms, *added]
+        return [*terms, *added]
 
     def _term_postings(self, term: str) -> _Postings:
         with self._lock:
