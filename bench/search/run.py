@@ -282,7 +282,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10, help="per latency run")
     parser.add_argument(
         "--splits",
-        default="tune,held_out_2",
+        default="tune,held_out_2,held_out_3",
         help="which splits' quality to print; while tuning the ranking, only `tune`",
     )
     parser.add_argument("--no-latency", action="store_true", help="quality only")
