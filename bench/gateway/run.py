@@ -87,6 +87,26 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
     raise RuntimeError(f"{url} did not answer within {timeout} s")
 
 
+def gateway_command(tree: Path, port: int) -> list[str]:
+    """How `make run` and docker-compose.yml serve the gateway of the checkout at `tree`, with
+    that checkout's own Python: its HTTP protocol where it has one (workers/gateway/
+    http_protocol.py), no access log (the gateway audits every call itself)."""
+    python = tree / ".venv" / "bin" / "python"
+    command = [str(python) if tree != ROOT else sys.executable, "-m", "uvicorn"]
+    command += ["workers.gateway.asgi:application", "--port", str(port), "--log-level", "warning"]
+    if (tree / "workers" / "gateway" / "http_protocol.py").exists():
+        command += [
+            "--http",
+            "workers.gateway.http_protocol:GatewayHTTPProtocol",
+            "--no-access-log",
+        ]
+    return command
+
+
+def start_gateway(tree: Path, port: int, env: dict[str, str]) -> subprocess.Popen[Any]:
+    return subprocess.Popen(gateway_command(tree, port), env=env, cwd=tree)
+
+
 def setup_world(http_url: str, stdio_argv: list[str], sandbox_image: str | None) -> str:
     """Servers discovered and approved, a team granted them, an agent token (printed once)."""
     from registry.gateway.services import server_gateway_policy_set  # noqa: PLC0415
@@ -338,10 +358,14 @@ def cold_calls(kind: str, open_client: Any, count: int) -> list[float]:
     return found
 
 
-def cpu_now(gateway: subprocess.Popen[Any], runtime_worker: Any) -> dict[str, float]:
-    """CPU seconds so far of the gateway, the runtime worker's own process and this one."""
+def cpu_now(
+    gateway: subprocess.Popen[Any], other: subprocess.Popen[Any] | None, runtime_worker: Any
+) -> dict[str, float]:
+    """CPU seconds so far of the gateway (and the compared one), the runtime worker's own
+    process and this one."""
     return {
         "gateway": sum(cpu_of(tree_pids(gateway.pid)).values()),
+        "compare": sum(cpu_of(tree_pids(other.pid)).values()) if other is not None else 0.0,
         "runtime": cpu_of([runtime_worker.pid])[runtime_worker.pid] if runtime_worker else 0.0,
         "client": time.process_time(),
     }
@@ -353,6 +377,13 @@ def main() -> int:
     parser.add_argument("--sessions", default="1,16,100")
     parser.add_argument("--kinds", default="http,stdio,sandbox")
     parser.add_argument("--cold", type=int, default=0, help="more cold calls (stdio, sandbox)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of each side, alternating")
+    parser.add_argument(
+        "--compare-tree",
+        type=Path,
+        help="another checkout (with its own .venv): its gateway is measured too, as side "
+        "'compare', in the same rounds (same servers, database and runtime worker)",
+    )
     args = parser.parse_args()
     session_counts = [int(n) for n in args.sessions.split(",")]
     kinds = args.kinds.split(",")
@@ -386,23 +417,17 @@ def main() -> int:
 
             sandbox_image = ensure_test_images(say=lambda _line: None).servers.reference
         token = setup_world(http_url, [sys.executable, str(SCENARIO)], sandbox_image)
-        gateway = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "workers.gateway.asgi:application",
-                "--port",
-                str(gateway_port),
-                "--log-level",
-                "warning",
-            ],
-            env=full_env,
-            cwd=ROOT,
-        )
+        gateway = start_gateway(ROOT, gateway_port, full_env)
         processes.append(gateway)
         gateway_base = f"http://127.0.0.1:{gateway_port}"
         wait_http(f"{gateway_base}/healthz")
+        other: subprocess.Popen[Any] | None = None
+        if args.compare_tree is not None:
+            other_port = free_port()
+            other = start_gateway(args.compare_tree.resolve(), other_port, full_env)
+            processes.append(other)
+            other_base = f"http://127.0.0.1:{other_port}"
+            wait_http(f"{other_base}/healthz")
         runtime_worker = None
         if "stdio" in kinds or "sandbox" in kinds:
             runtime_worker = subprocess.Popen(
@@ -432,21 +457,26 @@ def main() -> int:
             )
             processes.append(runtime_worker)
             time.sleep(5)  # the worker starts its runtime manager and endpoint
+        gateway_urls = {"direct": "", "gateway": f"{gateway_base}/mcp"}
+        if other is not None:
+            gateway_urls["compare"] = f"{other_base}/mcp"
         for kind in kinds:
             factories = {
                 side: client_factory(
                     kind,
                     side,
                     http_url=http_url,
-                    gateway_url=f"{gateway_base}/mcp",
+                    gateway_url=url,
                     token=token,
                     sandbox_image=sandbox_image,
                 )
-                for side in ("direct", "gateway")
+                for side, url in gateway_urls.items()
             }
             cold = anyio.run(measure, factories["gateway"], 1, 1)  # starts / opens upstream
+            if other is not None:
+                anyio.run(measure, factories["compare"], 1, 1)  # its own pooled session
             cold_row = len(rows)
-            sides = ["direct", "gateway"]
+            sides = list(gateway_urls)
             if kind != "http":
                 factories["endpoint"] = link_factory(kind)
                 sides.append("endpoint")
@@ -455,12 +485,18 @@ def main() -> int:
                 found: dict[str, list[float]] = {side: [] for side in sides}
                 # CPU seconds by side: the gateway process, the runtime worker's own process
                 # (not the servers it started), and this bench process (the calling client).
-                spent = {side: {"gateway": 0.0, "runtime": 0.0, "client": 0.0} for side in sides}
-                for _ in range(2):  # alternate: direct, gateway(, endpoint), direct, ...
-                    for side in sides:
-                        before = cpu_now(gateway, runtime_worker)
+                spent = {
+                    side: dict.fromkeys(("gateway", "compare", "runtime", "client"), 0.0)
+                    for side in sides
+                }
+                for round_number in range(args.rounds):
+                    # Alternate: direct, gateway(, compare)(, endpoint), then the gateways in the
+                    # other order, so neither always runs right after the direct round.
+                    order = sides if round_number % 2 == 0 else [sides[0], *reversed(sides[1:])]
+                    for side in order:
+                        before = cpu_now(gateway, other, runtime_worker)
                         found[side] += anyio.run(measure, factories[side], sessions, calls)
-                        after = cpu_now(gateway, runtime_worker)
+                        after = cpu_now(gateway, other, runtime_worker)
                         for what in after:
                             spent[side][what] += after[what] - before[what]
                 print(
@@ -474,32 +510,35 @@ def main() -> int:
                     },
                     flush=True,
                 )
-                cpu = spent["gateway"]["gateway"]
-                runtime_cpu = spent["gateway"]["runtime"]
-                d50, g50 = median(found["direct"]), median(found["gateway"])
-                d95, g95 = p95(found["direct"]), p95(found["gateway"])
-                rows.append(
-                    [
-                        kind,
-                        sessions,
-                        len(found["gateway"]),
-                        f"{d50:.2f}",
-                        f"{g50:.2f}",
-                        f"{g50 - d50:+.2f}",
-                        f"{d95:.2f}",
-                        f"{g95:.2f}",
-                        f"{g95 - d95:+.2f}",
-                        f"{g50 / d50:.2f}x",
-                        f"{cpu / len(found['gateway']) * 1000:.2f}",
-                        f"{runtime_cpu / len(found['gateway']) * 1000:.2f}"
-                        if kind != "http"
-                        else "",
-                        f"{median(found['endpoint']):.2f}" if kind != "http" else "",
-                        f"{p95(found['endpoint']):.2f}" if kind != "http" else "",
-                        f"{cold[0]:.0f}" if sessions == session_counts[0] else "",
-                    ]
-                )
-                print(rows[-1], flush=True)
+                d50, d95 = median(found["direct"]), p95(found["direct"])
+                for side in [side for side in ("gateway", "compare") if side in sides]:
+                    cpu = spent[side][side]
+                    runtime_cpu = spent[side]["runtime"]
+                    g50, g95 = median(found[side]), p95(found[side])
+                    rows.append(
+                        [
+                            kind if side == "gateway" else f"{kind} ({args.compare_tree})",
+                            sessions,
+                            len(found[side]),
+                            f"{d50:.2f}",
+                            f"{g50:.2f}",
+                            f"{g50 - d50:+.2f}",
+                            f"{d95:.2f}",
+                            f"{g95:.2f}",
+                            f"{g95 - d95:+.2f}",
+                            f"{g50 / d50:.2f}x",
+                            f"{cpu / len(found[side]) * 1000:.2f}",
+                            f"{runtime_cpu / len(found[side]) * 1000:.2f}"
+                            if kind != "http"
+                            else "",
+                            f"{median(found['endpoint']):.2f}" if kind != "http" else "",
+                            f"{p95(found['endpoint']):.2f}" if kind != "http" else "",
+                            f"{cold[0]:.0f}"
+                            if sessions == session_counts[0] and side == "gateway"
+                            else "",
+                        ]
+                    )
+                    print(rows[-1], flush=True)
             if kind != "http" and args.cold:
                 cold += cold_calls(kind, factories["gateway"], args.cold)
                 print(f"{kind} cold calls ms: {[round(value) for value in cold]}", flush=True)
