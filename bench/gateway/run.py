@@ -24,6 +24,12 @@ gateway's added latency into the runtime path and the gateway's MCP front; the r
 own process CPU per gateway call is a column, and a line per row prints the CPU per call of the
 gateway, the runtime worker and this bench process (the calling client) for each side.
 
+`--compare-tree DIR` also starts the gateway of another checkout (its own `.venv`, served as that
+checkout serves it) and measures it as one more side in the same rounds, against the same servers,
+database and runtime worker: a before/after in one run. `--rounds N` alternates N rounds of each
+side (the gateways' order flips every other round). The gateway is served as `make run` and
+docker-compose.yml serve it (`gateway_command`).
+
 A bench PostgreSQL database `toolroom_bench_gateway_<pid>` and Redis keys under a prefix of the
 run's own are created and removed. Every process it starts is stopped. Targets (issue 9): added
 latency p50 <= 2 ms and p95 <= 5 ms at 1 session, gateway / direct <= 1.5x, p95 < 50 ms at 100
