@@ -94,18 +94,11 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
 
 
 def gateway_command(tree: Path, port: int) -> list[str]:
-    """How `make run` and docker-compose.yml serve the gateway of the checkout at `tree`, with
-    that checkout's own Python: its HTTP protocol where it has one (workers/gateway/
-    http_protocol.py), no access log (the gateway audits every call itself)."""
+    """How `make run` (scripts/quickstart.py) serves the gateway, with the checkout at `tree` and
+    that checkout's own Python (`--log-level warning`: no access log line per call)."""
     python = tree / ".venv" / "bin" / "python"
     command = [str(python) if tree != ROOT else sys.executable, "-m", "uvicorn"]
     command += ["workers.gateway.asgi:application", "--port", str(port), "--log-level", "warning"]
-    if (tree / "workers" / "gateway" / "http_protocol.py").exists():
-        command += [
-            "--http",
-            "workers.gateway.http_protocol:GatewayHTTPProtocol",
-            "--no-access-log",
-        ]
     return command
 
 
