@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from registry.catalogue.fastbuild import catalogue_build_connections_release
 from registry.catalogue.fastpath import CatalogueFastPath
 from registry.servers import services as server_services
 from registry.servers.models import McpServer, ServerStatus, Tool
@@ -72,7 +73,9 @@ async def _django_stub(scope, receive, send):
 
 def fast_path_call(requests):
     """Run (path, query, headers) requests through a fresh ASGI fast path in one event loop;
-    (status, headers, body) for each, DJANGO_ANSWERED where it left the request to Django."""
+    (status, headers, body) for each, DJANGO_ANSWERED where it left the request to Django. The
+    build threads' connections are closed afterwards (the test database is flushed, and in the
+    end dropped, under them)."""
 
     async def run():
         app = CatalogueFastPath(_django_stub)
@@ -101,4 +104,7 @@ def fast_path_call(requests):
             )
         return answers
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    finally:
+        catalogue_build_connections_release()

@@ -9,10 +9,15 @@ database connection of its own, as under uvicorn.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from unittest.mock import patch
 
 import pytest
+from django.db import DatabaseError, connection
+from django.db.backends.signals import connection_created
 
+from registry.catalogue import fastbuild
 from registry.catalogue.documents import document_key
 from registry.catalogue.formats import TOOL_FORMATS
 from registry.core import cache as catalogue_cache_module
@@ -227,3 +232,78 @@ def test_an_epoch_that_cannot_be_confirmed_leaves_the_request_to_django(agent, s
 
     assert status == DJANGO_ANSWERED
     assert catalogue_cache_module.catalogue_cache_confirmed() is None
+
+
+@pytest.fixture
+def connections_opened():
+    """The build threads' database connections opened (or taken from the pool) meanwhile."""
+    opened: list[str] = []
+
+    def receiver(sender, connection, **kwargs):
+        if threading.current_thread().name.startswith("catalogue-build-"):
+            opened.append(threading.current_thread().name)
+
+    connection_created.connect(receiver)
+    yield opened
+    connection_created.disconnect(receiver)
+
+
+def test_build_threads_keep_their_database_connection_from_one_build_to_the_next(
+    agent, settings, connections_opened
+):
+    """Twelve uncached searches in a row open at most one connection per build thread (each
+    used to open, and close, one of its own)."""
+    team, token = agent
+    tool_search_index_refresh(server_ids=team.grants.values_list("server_id", flat=True))
+    settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = 0
+    request = ("/api/v1/catalogue", "format=mcp&q=read+a+file", _headers(token))
+
+    answers = fast_path_call([request] * 12)
+
+    assert [(status, h["x-toolroom-cache"]) for status, h, _ in answers] == [(200, "miss")] * 12
+    assert len({body for _, _, body in answers}) == 1
+    assert 1 <= len(connections_opened) <= fastbuild.BUILD_THREADS
+    assert len(set(connections_opened)) == len(connections_opened)  # one per thread
+
+
+def test_a_connection_held_its_maximum_time_is_given_back(
+    agent, settings, connections_opened, monkeypatch
+):
+    _, token = agent
+    settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = 0
+    monkeypatch.setattr(fastbuild, "BUILD_CONNECTION_MAX_SECONDS", 0.0)
+
+    answers = fast_path_call([("/api/v1/catalogue", "format=mcp", _headers(token))] * 5)
+
+    assert [status for status, _, _ in answers] == [200] * 5
+    assert len(connections_opened) == 5
+
+
+def test_a_build_thread_gives_its_connection_back_after_an_error_and_when_idle(monkeypatch):
+    monkeypatch.setattr(fastbuild, "BUILD_IDLE_SECONDS", 0.2)
+    threads = fastbuild.BuildThreads(count=1)
+
+    def connect() -> None:  # `connection` is the calling thread's: looked up in the thread
+        connection.ensure_connection()
+
+    def connection_open() -> bool:
+        return connection.connection is not None
+
+    def failing_query() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT no_such_column FROM no_such_table")
+
+    try:
+        threads.submit(connect).result(10)
+        assert threads.submit(connection_open).result(10) is True  # kept
+        with pytest.raises(DatabaseError):
+            threads.submit(failing_query).result(10)
+        assert threads.submit(connection_open).result(10) is False  # closed after the error
+        threads.submit(connect).result(10)
+        time.sleep(0.6)  # idle longer than BUILD_IDLE_SECONDS
+        assert threads.submit(connection_open).result(10) is False
+        threads.submit(connect).result(10)
+    finally:
+        threads.release()
+    assert threads.submit(connection_open).result(10) is False  # release closed it
+    threads.release()

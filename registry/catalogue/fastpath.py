@@ -214,7 +214,11 @@ class CatalogueFastPath:
                 tools_variant(fmt=fmt, category=category, identity=identity)
                 if search is None
                 else search_variant(
-                    fmt=fmt, category=category, query=search.text, limit=search.limit
+                    fmt=fmt,
+                    category=category,
+                    query=search.text,
+                    limit=search.limit,
+                    terms=search.terms,
                 )
             ),
         )

@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from django.conf import settings
@@ -53,11 +55,13 @@ _candidates_lock = threading.Lock()
 _building: dict[tuple[object, ...], threading.Lock] = {}
 
 
-def search_variant(*, fmt: str, category: str | None, query: str, limit: int) -> str:
+def search_variant(
+    *, fmt: str, category: str | None, query: str, limit: int, terms: Sequence[str] | None = None
+) -> str:
     """What tells one search answer from another besides the version: the format, the filter,
     the query's terms in any order (OR-ed, so `Read files` and `files, read` share an answer)
-    and the limit."""
-    terms = " ".join(sorted(query_terms(query)))
+    and the limit. `terms` are the query's terms when the caller has them already."""
+    terms = " ".join(sorted(query_terms(query) if terms is None else terms))
     digest = hashlib.sha256(terms.encode()).hexdigest()[:24]
     return f"search|{fmt}|{category or ''}|{limit}|{digest}"
 
@@ -182,17 +186,21 @@ def catalogue_search(
     limit: int,
     category: str | None = None,
     version: int | None = None,
+    weighted_terms: Sequence[tuple[str, float]] | None = None,
 ) -> Catalogue:
     """The agent's catalogue cut down to the tools matching `query`, best first, at most `limit`.
 
     Servers are those of the tools found (with their whole tool counts). With the team's
     catalogue `version` (from `catalogue_state`), the catalogue built for that version in this
-    process is reused; without it, it is built now.
+    process is reused; without it, it is built now. `weighted_terms` are the query's
+    (`weighted_query_terms`) when the caller has them already.
     """
     kept = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
     catalogue = kept.catalogue
     # The thesaurus's stems for the query's terms no tool of this catalogue holds (ranking.py).
-    weighted = kept.model.expanded(weighted_query_terms(query))
+    weighted = kept.model.expanded(
+        weighted_query_terms(query) if weighted_terms is None else weighted_terms
+    )
     terms = [term for term, _ in weighted]
     if limit <= 0 or not terms or not catalogue.tools:
         return replace(catalogue, tools=[], servers=[])
@@ -213,6 +221,16 @@ class SearchRequest:
     text: str
     limit: int = DEFAULT_SEARCH_LIMIT
 
+    @cached_property
+    def weighted_terms(self) -> list[tuple[str, float]]:
+        """The query's terms and weights (`weighted_query_terms`), made once per request."""
+        return weighted_query_terms(self.text)
+
+    @property
+    def terms(self) -> list[str]:
+        """The query's terms (`query_terms`)."""
+        return [term for term, _ in self.weighted_terms]
+
 
 def search_document(
     *,
@@ -231,12 +249,13 @@ def search_document(
         limit=search.limit,
         category=category,
         version=version,
+        weighted_terms=search.weighted_terms,
     )
     document = render_tools(fmt, found, version=version, preflight=None)
     if fmt == "native":
         # The terms, not the text: answers are shared by queries with the same terms.
         document["search"] = {
-            "terms": sorted(query_terms(search.text)),
+            "terms": sorted(search.terms),
             "limit": search.limit,
             "found": len(found.tools),
         }
