@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 
+from registry.search import ranking
 from registry.search.index import document_fields
 from registry.search.ranking import (
     THESAURUS_MAX_TERMS,
@@ -120,3 +121,17 @@ def test_a_query_word_a_tool_holds_outranks_a_thesaurus_term():
     # Without the query's own word, the thesaurus's term finds its tool.
     alone = model.expanded(weighted_query_terms("clock"), source=SOURCE)
     assert [model.names[i] for i in model.rank(terms=alone, matched={1}, limit=2)] == ["get_time"]
+
+
+def test_what_a_model_keeps_of_agents_terms_is_bounded(monkeypatch):
+    """Agents choose the terms: a model kept per catalogue version must not grow without end
+    with every new word it is asked, and answers stay the same past the bound."""
+    monkeypatch.setattr(ranking, "TERMS_KEPT_MAX", 3)
+    model = _model(("get_time", "Get the current time."), ("display", "Display a page."))
+    for word in ("alpha", "bravo", "charlie", "delta", "echo"):
+        assert model.expanded([(word, 1.0)], source=SOURCE) == [(word, 1.0)]
+        assert model.rank(terms=[word], matched={1, 2}, limit=5) == [2, 1]  # ties: by name
+    assert model.expanded([("clock", 1.0)], source=SOURCE)[1] == ("time", THESAURUS_WEIGHT)
+    assert model.rank(terms=["time"], matched={1, 2}, limit=5)[0] == 1
+    assert len(model._related) == 3
+    assert len(model._postings) == 3

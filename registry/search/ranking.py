@@ -63,6 +63,10 @@ PREFIX_WEIGHT = 0.5
 THESAURUS_WEIGHT = 0.5
 THESAURUS_TERMS_PER_TERM = 3
 THESAURUS_MAX_TERMS = 8
+# Per-term results a model keeps (postings, thesaurus stems): agents choose the terms, so what a
+# model (kept per catalogue version) remembers of them is bounded; past this, terms are
+# worked out again on each query that has them.
+TERMS_KEPT_MAX = 20_000
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,8 @@ class SearchModel:
             held = [related for related in source.related(term) if related in self._exact]
             found = tuple(held[:THESAURUS_TERMS_PER_TERM])
         with self._lock:
-            self._related[term] = found
+            if len(self._related) < TERMS_KEPT_MAX:
+                self._related[term] = found
         return found
 
     def expanded(
@@ -171,7 +176,8 @@ class SearchModel:
         idf = math.log(1.0 + (self._count - frequency + 0.5) / (frequency + 0.5))
         postings = _Postings(weights=weights, idf=idf)
         with self._lock:
-            self._postings[term] = postings
+            if len(self._postings) < TERMS_KEPT_MAX:
+                self._postings[term] = postings
         return postings
 
     def _longer_terms(self, prefix: str) -> list[str]:
