@@ -24,6 +24,12 @@ gateway's added latency into the runtime path and the gateway's MCP front; the r
 own process CPU per gateway call is a column, and a line per row prints the CPU per call of the
 gateway, the runtime worker and this bench process (the calling client) for each side.
 
+`--reference` adds the side `reference`: bench/gateway/reference_proxy.py, the thinnest proxy the
+SDK's server side and client side make (no token, no check, no audit; one upstream `Client` shared
+by every caller; for `stdio` it holds the server process itself, without a runtime worker). It is
+served like the gateway, in the same rounds: what it adds to a direct call is a floor for any
+gateway built on the SDK, and its columns show how far the targets are from that floor.
+
 `--compare-tree DIR` also starts the gateway of another checkout (its own `.venv`, served as that
 checkout serves it) and measures it as one more side in the same rounds, against the same servers,
 database and runtime worker: a before/after in one run. `--rounds N` alternates N rounds of each
@@ -73,6 +79,7 @@ from bench._common import (  # noqa: E402
 
 SCENARIO = ROOT / "tests" / "mcp_servers" / "scenario_server.py"
 SANDBOXED_ARGV = ["python3", "/opt/servers/honest.py"]
+REFERENCE_PROXY = Path(__file__).resolve().parent / "reference_proxy.py"
 TOOLS = {"http": "web__echo", "stdio": "local__echo", "sandbox": "boxed__echo"}
 
 
@@ -278,6 +285,11 @@ def client_factory(
             async with Client(params) as c:
                 c.bench_tool = "echo"
                 yield c
+        elif side == "reference":  # no token, the upstream's own tool names
+            http = httpx2.AsyncClient(timeout=60, trust_env=False)
+            async with http, Client(streamable_http_client(gateway_url, http_client=http)) as c:
+                c.bench_tool = "echo"
+                yield c
         else:
             http = httpx2.AsyncClient(
                 headers={"Authorization": f"Bearer {token}"}, timeout=60, trust_env=False
@@ -358,16 +370,33 @@ def cold_calls(kind: str, open_client: Any, count: int) -> list[float]:
 
 
 def cpu_now(
-    gateway: subprocess.Popen[Any], other: subprocess.Popen[Any] | None, runtime_worker: Any
+    gateway: subprocess.Popen[Any],
+    other: subprocess.Popen[Any] | None,
+    runtime_worker: Any,
+    reference: subprocess.Popen[Any] | None = None,
 ) -> dict[str, float]:
     """CPU seconds so far of the gateway (and the compared one), the runtime worker's own
-    process and this one."""
+    process, the reference proxy's own process (not the stdio server it holds) and this one."""
     return {
         "gateway": sum(cpu_of(tree_pids(gateway.pid)).values()),
         "compare": sum(cpu_of(tree_pids(other.pid)).values()) if other is not None else 0.0,
         "runtime": cpu_of([runtime_worker.pid])[runtime_worker.pid] if runtime_worker else 0.0,
+        "reference": cpu_of([reference.pid])[reference.pid] if reference is not None else 0.0,
         "client": time.process_time(),
     }
+
+
+def start_reference(kind: str, http_url: str, env: dict[str, str]) -> tuple[Any, str]:
+    """The reference proxy (bench/gateway/reference_proxy.py) in front of the kind's server."""
+    port = free_port()
+    upstream = ["--http", http_url]
+    if kind != "http":
+        upstream = ["--stdio", sys.executable, str(SCENARIO)]
+    process = subprocess.Popen(
+        [sys.executable, str(REFERENCE_PROXY), "--port", str(port), *upstream], env=env, cwd=ROOT
+    )
+    wait_http(f"http://127.0.0.1:{port}/healthz")
+    return process, f"http://127.0.0.1:{port}/mcp"
 
 
 def main() -> int:
@@ -377,6 +406,11 @@ def main() -> int:
     parser.add_argument("--kinds", default="http,stdio,sandbox")
     parser.add_argument("--cold", type=int, default=0, help="more cold calls (stdio, sandbox)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each side, alternating")
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="also measure the reference proxy (http and stdio): the SDK's floor",
+    )
     parser.add_argument(
         "--compare-tree",
         type=Path,
@@ -460,6 +494,11 @@ def main() -> int:
         if other is not None:
             gateway_urls["compare"] = f"{other_base}/mcp"
         for kind in kinds:
+            reference: subprocess.Popen[Any] | None = None
+            urls = dict(gateway_urls)
+            if args.reference and kind in {"http", "stdio"}:
+                reference, urls["reference"] = start_reference(kind, http_url, full_env)
+                processes.append(reference)
             factories = {
                 side: client_factory(
                     kind,
@@ -469,13 +508,13 @@ def main() -> int:
                     token=token,
                     sandbox_image=sandbox_image,
                 )
-                for side, url in gateway_urls.items()
+                for side, url in urls.items()
             }
             cold = anyio.run(measure, factories["gateway"], 1, 1)  # starts / opens upstream
             if other is not None:
                 anyio.run(measure, factories["compare"], 1, 1)  # its own pooled session
             cold_row = len(rows)
-            sides = list(gateway_urls)
+            sides = list(urls)
             if kind != "http":
                 factories["endpoint"] = link_factory(kind)
                 sides.append("endpoint")
@@ -485,7 +524,9 @@ def main() -> int:
                 # CPU seconds by side: the gateway process, the runtime worker's own process
                 # (not the servers it started), and this bench process (the calling client).
                 spent = {
-                    side: dict.fromkeys(("gateway", "compare", "runtime", "client"), 0.0)
+                    side: dict.fromkeys(
+                        ("gateway", "compare", "runtime", "reference", "client"), 0.0
+                    )
                     for side in sides
                 }
                 for round_number in range(args.rounds):
@@ -493,9 +534,9 @@ def main() -> int:
                     # other order, so neither always runs right after the direct round.
                     order = sides if round_number % 2 == 0 else [sides[0], *reversed(sides[1:])]
                     for side in order:
-                        before = cpu_now(gateway, other, runtime_worker)
+                        before = cpu_now(gateway, other, runtime_worker, reference)
                         found[side] += anyio.run(measure, factories[side], sessions, calls)
-                        after = cpu_now(gateway, other, runtime_worker)
+                        after = cpu_now(gateway, other, runtime_worker, reference)
                         for what in after:
                             spent[side][what] += after[what] - before[what]
                 print(
@@ -510,13 +551,19 @@ def main() -> int:
                     flush=True,
                 )
                 d50, d95 = median(found["direct"]), p95(found["direct"])
-                for side in [side for side in ("gateway", "compare") if side in sides]:
+                for side in [s for s in ("gateway", "compare", "reference") if s in sides]:
                     cpu = spent[side][side]
+                    # The reference proxy holds its stdio server itself: no runtime worker.
+                    runtime_path = kind != "http" and side != "reference"
                     runtime_cpu = spent[side]["runtime"]
                     g50, g95 = median(found[side]), p95(found[side])
                     rows.append(
                         [
-                            kind if side == "gateway" else f"{kind} ({args.compare_tree})",
+                            {
+                                "gateway": kind,
+                                "compare": f"{kind} ({args.compare_tree})",
+                                "reference": f"{kind} (reference proxy)",
+                            }[side],
                             sessions,
                             len(found[side]),
                             f"{d50:.2f}",
@@ -527,11 +574,9 @@ def main() -> int:
                             f"{g95 - d95:+.2f}",
                             f"{g50 / d50:.2f}x",
                             f"{cpu / len(found[side]) * 1000:.2f}",
-                            f"{runtime_cpu / len(found[side]) * 1000:.2f}"
-                            if kind != "http"
-                            else "",
-                            f"{median(found['endpoint']):.2f}" if kind != "http" else "",
-                            f"{p95(found['endpoint']):.2f}" if kind != "http" else "",
+                            f"{runtime_cpu / len(found[side]) * 1000:.2f}" if runtime_path else "",
+                            f"{median(found['endpoint']):.2f}" if runtime_path else "",
+                            f"{p95(found['endpoint']):.2f}" if runtime_path else "",
                             f"{cold[0]:.0f}"
                             if sessions == session_counts[0] and side == "gateway"
                             else "",
