@@ -109,7 +109,7 @@ def child(splits: list[str]) -> dict[str, Any]:
 def run_child(backend: str, splits: list[str]) -> dict[str, Any]:
     prefix = f"toolroom-bench-semantic-{os.getpid()}-{backend}"
     if backend == "postgresql":
-        name = f"toolroom_semantic_bench_{os.getpid()}"
+        name = f"toolroom_bench_semantic_{os.getpid()}"
         pg_create(name)
         url = postgres_url(name)
     else:
