@@ -13,7 +13,9 @@ keeps, then L2 normalisation, so the dot product of two embeddings is their cosi
 cut at `MAX_TOKENS` (the model's `max_seq_length`) and encoded `BATCH_SIZE` at a time, each
 batch padded to its longest text (texts are sorted by length first so batches pad little).
 
-`sentence_encoder()` loads the model once per process, on first use.
+`sentence_encoder()` loads the model once per process, on first use. Nothing on the request path
+uses it: the hybrid ranking it was made for (bench/search/semantic.py) did not clearly beat the
+lexical one on the reporting split (docs/search.md, "Semantic similarity: tried, not integrated").
 """
 
 from __future__ import annotations
