@@ -96,6 +96,32 @@ def redis_cleanup(prefix: str) -> int:
     return deleted
 
 
+@contextlib.contextmanager
+def bench_database(backend: str, label: str) -> Iterator[dict[str, str]]:
+    """A fresh database of the bench's own on `backend` (`sqlite`: a file under var/bench;
+    `postgresql`: `toolroom_bench_<label>_<pid>`) and a Redis key prefix of its own: the process
+    environment pointing Toolroom at them. The database and the keys are removed afterwards."""
+    pid = os.getpid()
+    prefix = f"toolroom-bench-{label}-{pid}-{backend}"
+    path = REPO / "var" / "bench" / f"{label}-{pid}.sqlite3"
+    name = f"toolroom_bench_{label}_{pid}"
+    if backend == "postgresql":
+        pg_create(name)
+        url = postgres_url(name)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        url = f"sqlite:///{path}"
+    try:
+        yield {**os.environ, **toolroom_env(database_url=url, key_prefix=prefix)}
+    finally:
+        redis_cleanup(prefix)
+        if backend == "postgresql":
+            pg_drop(name)
+        else:
+            path.unlink(missing_ok=True)
+
+
 # --- Statistics --------------------------------------------------------------------------------
 
 

@@ -44,16 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench._common import (
     REPO,
+    bench_database,
     loadavg,
     machine_facts,
     markdown_table,
-    pg_create,
-    pg_drop,
-    postgres_url,
     print_facts,
-    redis_cleanup,
     started,
-    toolroom_env,
 )
 
 AGENTS = 16
@@ -304,18 +300,7 @@ def main() -> None:
     facts = machine_facts()
     results: dict[str, dict[str, Any]] = {}
     for backend in args.backends.split(","):
-        prefix = f"toolroom-bench-search-{os.getpid()}-{backend}"
-        if backend == "postgresql":
-            name = f"toolroom_bench_search_{os.getpid()}"
-            pg_create(name)
-            url = postgres_url(name)
-        else:
-            path = REPO / "var" / "bench" / f"search-{os.getpid()}.sqlite3"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.unlink(missing_ok=True)
-            url = f"sqlite:///{path}"
-        env = {**os.environ, **toolroom_env(database_url=url, key_prefix=prefix)}
-        try:
+        with bench_database(backend, "search") as env:
             output = subprocess.run(
                 [sys.executable, __file__, "--child", backend],
                 env=env,
@@ -329,12 +314,6 @@ def main() -> None:
                 results[backend].update(
                     http_latency(env, results[backend]["token"], seconds=args.seconds)
                 )
-        finally:
-            redis_cleanup(prefix)
-            if backend == "postgresql":
-                pg_drop(name)
-            else:
-                path.unlink(missing_ok=True)
 
     print_facts(facts)
     rows = []

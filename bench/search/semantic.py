@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -47,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench._common import REPO, markdown_table, pg_create, pg_drop, postgres_url, toolroom_env
+from bench._common import REPO, bench_database, markdown_table
 
 # The configuration chosen on `tune` and `held_out_2` (2026-11-26 14:22 UTC, before held_out_3
 # was scored): of the grid (dense alone; rrf k 5/20/60 x w 0.5/1/1.5/2; sum w 0.25 to 3; three
@@ -111,18 +110,7 @@ def child(splits: list[str]) -> dict[str, Any]:
 
 
 def run_child(backend: str, splits: list[str]) -> dict[str, Any]:
-    prefix = f"toolroom-bench-semantic-{os.getpid()}-{backend}"
-    if backend == "postgresql":
-        name = f"toolroom_bench_semantic_{os.getpid()}"
-        pg_create(name)
-        url = postgres_url(name)
-    else:
-        path = REPO / "var" / "bench" / f"semantic-{os.getpid()}.sqlite3"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.unlink(missing_ok=True)
-        url = f"sqlite:///{path}"
-    env = {**os.environ, **toolroom_env(database_url=url, key_prefix=prefix)}
-    try:
+    with bench_database(backend, "semantic") as env:
         output = subprocess.run(
             [sys.executable, __file__, "--child", ",".join(splits)],
             env=env,
@@ -131,13 +119,8 @@ def run_child(backend: str, splits: list[str]) -> dict[str, Any]:
             text=True,
             timeout=1800,
         ).stdout
-        result: dict[str, Any] = json.loads(output)
-        return result
-    finally:
-        if backend == "postgresql":
-            pg_drop(name)
-        else:
-            path.unlink(missing_ok=True)
+    result: dict[str, Any] = json.loads(output)
+    return result
 
 
 def words(name: str) -> str:
