@@ -4,15 +4,22 @@
         [--top 40] [--requests 12314]
 
 Reads the files `bench/search/run.py --profile DIR` writes (one per uvicorn worker, `--threads`
-stacks of threads on the CPU), adds them up, and prints per thread kind (the event loop, the
-build threads, others) and per function (counted once per stack, so a function's number holds
-everything it called) the samples and their share; with `--requests` (wrk's count for the same
-run), the milliseconds of CPU per request at the sampling rate.
+stacks), adds them up, and prints per thread kind (the event loop, the build threads, others)
+and per function (counted once per stack, so a function's number holds everything it called)
+the samples and their share; with `--requests` (wrk's count for the same run), the milliseconds
+per request at the sampling rate. With the run's `<name>-threads.json` beside the files, first
+the CPU seconds each kind of thread really used (from /proc), per request too.
+
+Which samples mean CPU: with `BENCH_SEARCH_PYSPY=gil` only the thread holding the GIL is
+sampled, which is Python's CPU (a C library running without the GIL, like SQLite's query, is
+left out). py-spy's default mode with `--nonblocking` also counts threads waiting for the GIL
+or on a lock as running: in one run it gave 36 s of "CPU" where /proc gave 14 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -21,11 +28,11 @@ RATE = 500  # samples per second, as run.py asks py-spy
 _FRAME = re.compile(r"^(?P<function>.*?) \((?P<file>[^():]*?)(?::\d+)?\)$")
 
 
-def thread_kind(frames: list[str]) -> str:
-    joined = ";".join(frames)
-    if "BuildThreads._serve" in joined:
+def thread_kind(name: str) -> str:
+    """What a thread of a worker is, by its name (py-spy's `thread (id): name` frame)."""
+    if name.startswith("catalogue-build"):
         return "build thread"
-    if "asyncio/base_events.py" in joined or "uvloop" in joined or "Server.serve" in joined:
+    if name == "MainThread":  # uvicorn runs the event loop there
         return "event loop"
     return "other"
 
@@ -47,14 +54,13 @@ def main() -> None:
                 continue
             count = int(count_text)
             frames = stack.split(";")
-            if (frames and frames[0].startswith("thread (")) or frames[0].startswith("process "):
-                frames = [
-                    frame for frame in frames if not frame.startswith(("thread (", "process "))
-                ]
+            thread = re.match(r"thread \(\d+\): (.*)", frames[0])
+            thread_name = thread[1] if thread else "?"
+            frames = [frame for frame in frames if not frame.startswith(("thread (", "process "))]
             if any("resource_tracker" in frame for frame in frames):
                 continue
             total += count
-            by_kind[thread_kind(frames)] += count
+            by_kind[thread_kind(thread_name)] += count
             names = []
             for frame in frames:
                 match = _FRAME.match(frame)
@@ -63,6 +69,8 @@ def main() -> None:
                 inclusive[name] += count
             if names:
                 leaves[names[-1]] += count
+
+    _print_thread_cpu(args.files, args.requests)
 
     def cost(samples: int) -> str:
         share = f"{100 * samples / total:5.1f}%"
@@ -79,6 +87,34 @@ def main() -> None:
     print("\nSelf (leaf), per function:")
     for name, samples in leaves.most_common(args.top // 2):
         print(f"{samples:7d} {cost(samples)}  {name}")
+
+
+def _print_thread_cpu(files: list[Path], requests: int) -> None:
+    """The /proc CPU seconds of the run's threads, by kind (named as py-spy names them)."""
+    names: dict[str, str] = {}
+    for path in files:
+        for line in path.read_text().splitlines():
+            match = re.match(r"thread \((\d+)\): ([^;]*)", line)
+            if match:
+                names[match[1]] = match[2]
+    run_names = {re.sub(r"-\d+\.txt$", "-threads.json", path.name) for path in files}
+    by_kind: Counter[str] = Counter()
+    for run_name in sorted(run_names):
+        cpu_file = files[0].parent / run_name
+        if not cpu_file.exists():
+            continue
+        for tid, seconds in json.loads(cpu_file.read_text()).items():
+            name = names.get(tid, "?")
+            by_kind[thread_kind(name)] += seconds
+    if not by_kind:
+        return
+    total = sum(by_kind.values())
+    per = f", {1000 * total / requests:.3f} ms/req" if requests else ""
+    print(f"CPU from /proc: {total:.2f} s{per}")
+    for kind, seconds in by_kind.most_common():
+        per = f" {1000 * seconds / requests:6.3f} ms/req" if requests else ""
+        print(f"{seconds:7.2f} s{per}  {kind}")
+    print()
 
 
 if __name__ == "__main__":
