@@ -16,7 +16,7 @@ approved and granted to one team) and then, in a child process per database:
   by side in one run; p50, p95 and p99; and one uncached search profiled in one thread.
 
     .venv/bin/python bench/search/run.py [--backends sqlite,postgresql] [--seconds 10]
-        [--splits tune] [--no-latency] [--write-top5]
+        [--splits tune] [--no-latency] [--write-top5] [--modes uncached,cached] [--profile DIR]
 
 While tuning the ranking, run it with `--splits tune --no-latency`: the held-out tasks' scores
 and misses are then never printed (docs/search.md, "How the labelled set is used").
