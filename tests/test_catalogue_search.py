@@ -325,3 +325,40 @@ def test_concurrent_searches_of_a_new_version_build_its_catalogue_once(world, mo
     assert [tool.name for tool in results[0].catalogue.tools] == [
         tool.name for tool in catalogue.tools
     ]
+
+
+def test_search_answers_encode_exactly_as_the_rendered_document(world):
+    """The MCP, OpenAI and Anthropic answers are joined from tool entries encoded once per kept
+    catalogue: byte for byte the JSON of `render_tools`, for a first search and for later ones
+    that reuse the entries (in another order, with other tools)."""
+    import json
+
+    from registry.catalogue.formats import render_tools
+    from registry.catalogue.search import SearchRequest, catalogue_search, search_document
+
+    team = world["team"]
+    role = team.roles.get(name="review")
+    queries = [MATCH_ALL, "read a file", "commit history", "folder entries", "git", "files"]
+    for fmt in ("mcp", "openai", "anthropic", "native"):
+        for query in queries * 2:
+            request = SearchRequest(text=query, limit=5)
+            answer = search_document(
+                fmt=fmt,
+                team_id=team.pk,
+                role_id=role.pk,
+                category=None,
+                search=request,
+                version=7,
+            )
+            found = catalogue_search(
+                team_id=team.pk, role_id=role.pk, query=query, limit=5, version=7
+            )
+            expected = render_tools(fmt, found, version=7, preflight=None)
+            if fmt == "native":
+                assert isinstance(answer, dict)
+                assert answer["tools"] == expected["tools"]
+                continue
+            assert found.tools, query
+            assert answer == json.dumps(expected, ensure_ascii=False, separators=(",", ":")).encode(
+                "utf-8"
+            ), (fmt, query)

@@ -25,6 +25,19 @@ def test_a_sane_request_id_is_kept_and_anything_else_replaced(client):
     assert client.get("/healthz")["X-Request-ID"] != client.get("/healthz")["X-Request-ID"]
 
 
+def test_new_request_ids_are_version_4_uuids_and_distinct():
+    import uuid
+
+    from registry.core.request_ids import request_id_for
+
+    made = [request_id_for(None) for _ in range(10_000)]
+    assert len(set(made)) == len(made)
+    for request_id in made[:100]:
+        assert len(request_id) == 32
+        assert uuid.UUID(hex=request_id).version == 4
+        assert uuid.UUID(hex=request_id).variant == uuid.RFC_4122
+
+
 def test_json_lines_carry_the_request_id():
     record = logging.LogRecord(
         "toolroom.test", logging.WARNING, __file__, 1, "hello %s", ("x",), None

@@ -16,7 +16,7 @@ approved and granted to one team) and then, in a child process per database:
   by side in one run; p50, p95 and p99; and one uncached search profiled in one thread.
 
     .venv/bin/python bench/search/run.py [--backends sqlite,postgresql] [--seconds 10]
-        [--splits tune] [--no-latency] [--write-top5]
+        [--splits tune] [--no-latency] [--write-top5] [--modes uncached,cached] [--profile DIR]
 
 While tuning the ranking, run it with `--splits tune --no-latency`: the held-out tasks' scores
 and misses are then never printed (docs/search.md, "How the labelled set is used").
@@ -28,6 +28,7 @@ issue 17 is recall@5 >= 0.9 and p95 <= 20 ms at 16 concurrent agents; this print
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -170,10 +172,22 @@ def profile_searches(team_id: int, role_id: int, queries: list[str]) -> dict[str
     return result
 
 
-def http_latency(env: dict[str, str], token: str, *, seconds: int) -> dict[str, Any]:
+MODES = ("uncached", "cached", "cached, from Redis")
+
+
+def http_latency(
+    env: dict[str, str],
+    token: str,
+    *,
+    seconds: int,
+    modes: tuple[str, ...] = MODES,
+    profile_dir: Path | None = None,
+    backend: str = "",
+) -> dict[str, Any]:
     """Uncached and cached searches against uvicorn (WORKERS processes) loaded by wrk with AGENTS
     connections, each request the next task's query; a warm-up run first in each mode (each
-    worker builds the catalogue it searches once per catalogue version)."""
+    worker builds the catalogue it searches once per catalogue version). With `profile_dir`,
+    py-spy samples every worker during each measured run (raw stacks, one file per worker)."""
     from tests.search_corpus import tasks  # noqa: PLC0415
 
     paths = REPO / "var" / "bench" / f"search-paths-{os.getpid()}.txt"
@@ -191,6 +205,8 @@ def http_latency(env: dict[str, str], token: str, *, seconds: int) -> dict[str, 
             # The same cached answers, every one read from Redis (none kept in the process).
             ("cached, from Redis", 3600, "bench.search.redis_only_asgi:application"),
         ):
+            if kind not in modes:
+                continue
             server_env = {
                 **env,
                 "TOOLROOM_PROFILE": "quickstart",
@@ -204,17 +220,71 @@ def http_latency(env: dict[str, str], token: str, *, seconds: int) -> dict[str, 
                 *("--no-access-log", "--log-level", "warning"),
                 *("--http", "registry.core.http_protocol:NoDelayHTTPProtocol"),
             ]
-            with started(argv, cwd=REPO, env=server_env):
+            with started(argv, cwd=REPO, env=server_env) as server:
                 _wait_up(token)
                 # Warm-up: each worker builds the kept catalogue once (a second or more on a
                 # busy machine, with 16 requests waiting for it); 3 s were not always enough.
                 _wrk(token, paths, seconds=8)
-                result = _wrk(token, paths, seconds=seconds)
+                with _sampled(server, profile_dir, f"{backend}-{kind}", seconds=seconds):
+                    result = _wrk(token, paths, seconds=seconds)
                 result["loadavg"] = loadavg()
                 measured[kind] = result
     finally:
         paths.unlink(missing_ok=True)
     return measured
+
+
+@contextlib.contextmanager
+def _sampled(
+    server: subprocess.Popen[Any], profile_dir: Path | None, name: str, *, seconds: int
+) -> Iterator[None]:
+    """py-spy (raw stacks by thread, 500 Hz; BENCH_SEARCH_PYSPY=gil: only the thread holding
+    the GIL) on each of the server's worker processes while the block runs, and each worker
+    thread's CPU seconds from /proc over the same time (`<name>-threads.json`); nothing without
+    `profile_dir`."""
+    if profile_dir is None:
+        yield
+        return
+    profile_dir.mkdir(parents=True, exist_ok=True)
+    workers = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
+    mode = ["--gil"] if os.environ.get("BENCH_SEARCH_PYSPY") == "gil" else []
+    before = _thread_cpu(workers)
+    samplers = [
+        subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "py-spy"),
+                *("record", "-p", pid, "-r", "500", "-f", "raw", "--nonblocking", "--threads"),
+                *mode,
+                *("-d", str(seconds), "-o", str(profile_dir / f"{name}-{index}.txt")),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for index, pid in enumerate(workers)
+    ]
+    try:
+        yield
+        after = _thread_cpu(workers)
+        (profile_dir / f"{name}-threads.json").write_text(
+            json.dumps(
+                {tid: round(after[tid] - before.get(tid, 0.0), 3) for tid in after}, indent=1
+            )
+        )
+    finally:
+        for sampler in samplers:
+            sampler.wait(timeout=seconds + 60)
+
+
+def _thread_cpu(pids: list[str]) -> dict[str, float]:
+    """CPU seconds (user + system) of every thread of these processes, by thread id."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    seconds = {}
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                fields = (task / "stat").read_text().rpartition(")")[2].split()
+                seconds[task.name] = (int(fields[11]) + int(fields[12])) / ticks
+    return seconds
 
 
 def _wait_up(token: str) -> None:
@@ -288,12 +358,25 @@ def main() -> None:
         help="write tests/data/search/top5.json (only when both databases gave every task the "
         "same top 5)",
     )
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="which latency runs: uncached, cached, 'cached, from Redis' (comma-separated)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="a directory: py-spy samples each uvicorn worker during each measured run there",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         json.dump(child(args.child), sys.stdout)
         return
     splits = args.splits.split(",")
+    modes = tuple(mode.strip() for mode in re.split(r",(?! )", args.modes))
+    if not set(modes) <= set(MODES):
+        parser.error(f"--modes: one or more of {', '.join(MODES)}")
 
     from tests.search_corpus import score, tasks  # noqa: PLC0415 (no Django needed)
 
@@ -312,7 +395,14 @@ def main() -> None:
             results[backend] = json.loads(output)
             if not args.no_latency:
                 results[backend].update(
-                    http_latency(env, results[backend]["token"], seconds=args.seconds)
+                    http_latency(
+                        env,
+                        results[backend]["token"],
+                        seconds=args.seconds,
+                        modes=modes,
+                        profile_dir=args.profile,
+                        backend=backend,
+                    )
                 )
 
     print_facts(facts)
@@ -351,7 +441,7 @@ def main() -> None:
         return
     rows = []
     for backend, result in results.items():
-        for kind in ("uncached", "cached", "cached, from Redis"):
+        for kind in modes:
             run = result[kind]
             rows.append(
                 [

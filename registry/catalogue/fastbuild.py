@@ -64,7 +64,12 @@ logger = logging.getLogger(__name__)
 
 # At most this many builds at once per process, so at most this many database connections held
 # by them (PostgreSQL's pool hands out DATABASE_POOL_MAX_SIZE, 10 by default, per process).
-BUILD_THREADS = 4
+# Two, not four: a process runs Python on one core at a time (the GIL), so threads past the
+# second only overlap more database waits while taking the GIL from each other and from the
+# event loop; under 16 agents, 1 and 2 threads answered more uncached searches than 4 with a
+# shorter tail on both databases (docs/search.md, "The uncached request path"). Two keep one
+# slow build (a new version's catalogue, a query waiting on a lock) from holding up the rest.
+BUILD_THREADS = 2
 # A build thread closes its connection (or hands it back to the pool) after this long without a
 # build, and after holding it this long (as CONN_MAX_AGE would).
 BUILD_IDLE_SECONDS = 2.0

@@ -12,16 +12,22 @@ team's catalogue version and the search's variant (`search_variant`).
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from django.conf import settings
 
-from registry.catalogue.formats import render_tools
+from registry.catalogue.formats import (
+    render_tools,
+    tool_entry_anthropic,
+    tool_entry_mcp,
+    tool_entry_openai,
+)
 from registry.catalogue.selectors import Catalogue, catalogue_for_agent
 from registry.search.index import document_fields
 from registry.search.ranking import SearchDocument, SearchModel
@@ -41,13 +47,44 @@ CANDIDATES_MAX = 256
 ANSWERS_MAX = 1024
 
 
+# The formats whose search answer is `{"tools":[<entry>,...]}`, each entry a pure function of
+# the tool as the kept catalogue holds it: encoded once per kept catalogue (below).
+_TOOL_ENTRIES = {
+    "mcp": tool_entry_mcp,
+    "openai": tool_entry_openai,
+    "anthropic": tool_entry_anthropic,
+}
+
+
 @dataclass(frozen=True)
 class SearchableCatalogue:
-    """An agent's catalogue and the ranking's statistics over its tools."""
+    """An agent's catalogue, the ranking's statistics over its tools, and the tools' entries
+    encoded so far (by format and tool id: a search answer's tools, encoded when first found)."""
 
     catalogue: Catalogue
     model: SearchModel
     by_id: dict[int, Any]
+    encoded: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def tools_body(self, fmt: str, tools: Sequence[Any]) -> bytes:
+        """`json.dumps(render_tools(fmt, ...))` for the MCP, OpenAI and Anthropic formats, the
+        same bytes, each tool's entry encoded once for this catalogue (the kept catalogue of a
+        version: a tool's entry cannot change under it)."""
+        entry_of = _TOOL_ENTRIES[fmt]
+        parts = []
+        for tool in tools:
+            key = (fmt, tool.tool_id)
+            encoded = self.encoded.get(key)
+            if encoded is None:
+                encoded = _dumps(entry_of(tool))
+                self.encoded[key] = encoded  # a race writes the same text twice
+            parts.append(encoded)
+        return ('{"tools":[' + ",".join(parts) + "]}").encode()
+
+
+def _dumps(value: Any) -> str:
+    """JSON as catalogue documents are encoded (`registry.catalogue.documents`)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 _candidates: OrderedDict[tuple[object, ...], SearchableCatalogue] = OrderedDict()
@@ -195,7 +232,22 @@ def catalogue_search(
     process is reused; without it, it is built now. `weighted_terms` are the query's
     (`weighted_query_terms`) when the caller has them already.
     """
-    kept = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
+    return _search_in(
+        _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version),
+        query=query,
+        limit=limit,
+        weighted_terms=weighted_terms,
+    )
+
+
+def _search_in(
+    kept: SearchableCatalogue,
+    *,
+    query: str,
+    limit: int,
+    weighted_terms: Sequence[tuple[str, float]] | None,
+) -> Catalogue:
+    """`catalogue_search` in this kept catalogue."""
     catalogue = kept.catalogue
     # The thesaurus's stems for the query's terms no tool of this catalogue holds (ranking.py).
     weighted = kept.model.expanded(
@@ -240,17 +292,15 @@ def search_document(
     category: str | None,
     search: SearchRequest,
     version: int,
-) -> dict[str, Any]:
-    """The answer to a search in `fmt`: what the view and the ASGI fast path both serve."""
-    found = catalogue_search(
-        team_id=team_id,
-        role_id=role_id,
-        query=search.text,
-        limit=search.limit,
-        category=category,
-        version=version,
-        weighted_terms=search.weighted_terms,
+) -> dict[str, Any] | bytes:
+    """The answer to a search in `fmt`: what the view and the ASGI fast path both serve; encoded
+    already (bytes) but for the native format, whose document says more than its tools."""
+    kept = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
+    found = _search_in(
+        kept, query=search.text, limit=search.limit, weighted_terms=search.weighted_terms
     )
+    if fmt in _TOOL_ENTRIES:
+        return kept.tools_body(fmt, found.tools)
     document = render_tools(fmt, found, version=version, preflight=None)
     if fmt == "native":
         # The terms, not the text: answers are shared by queries with the same terms.

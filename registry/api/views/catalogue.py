@@ -179,7 +179,7 @@ class CatalogueView(AgentView):
     def _search(
         self, identity: AgentIdentity, *, fmt: str, category: str | None, text: str, limit: int
     ) -> HttpResponse:
-        def build(state: CatalogueState) -> dict[str, Any]:
+        def build(state: CatalogueState) -> dict[str, Any] | bytes:
             try:
                 return search_document(
                     fmt=fmt,
