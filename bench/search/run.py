@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -377,6 +378,10 @@ def main() -> None:
     modes = tuple(mode.strip() for mode in re.split(r",(?! )", args.modes))
     if not set(modes) <= set(MODES):
         parser.error(f"--modes: one or more of {', '.join(MODES)}")
+    if not args.no_latency and shutil.which("wrk") is None:
+        parser.error("the latency runs need wrk (Debian: apt-get install wrk), or --no-latency")
+    if args.profile is not None and not (Path(sys.executable).parent / "py-spy").exists():
+        parser.error("--profile needs py-spy beside this Python (.venv/bin/pip install py-spy)")
 
     from tests.search_corpus import score, tasks  # noqa: PLC0415 (no Django needed)
 
