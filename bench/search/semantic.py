@@ -36,7 +36,6 @@ import argparse
 import hashlib
 import json
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench._common import REPO, bench_database, markdown_table
+from bench._common import REPO, bench_database, child_json, markdown_table
 
 # The configuration chosen on `tune` and `held_out_2` (2026-11-26 14:22 UTC, before held_out_3
 # was scored): of the grid (dense alone; rrf k 5/20/60 x w 0.5/1/1.5/2; sum w 0.25 to 3; three
@@ -65,7 +64,6 @@ def child(splits: list[str]) -> dict[str, Any]:
     migrate()
     from registry.catalogue.search import searchable  # noqa: PLC0415
     from registry.catalogue.selectors import catalogue_for_agent  # noqa: PLC0415
-    from registry.search.ranking import K1  # noqa: PLC0415
     from registry.search.selectors import tool_search_match  # noqa: PLC0415
     from registry.search.text import weighted_query_terms  # noqa: PLC0415
     from registry.teams import services  # noqa: PLC0415
@@ -97,12 +95,7 @@ def child(splits: list[str]) -> dict[str, Any]:
             terms = [term for term, _ in weighted]
             matched = tool_search_match(terms=terms) if terms else set()
             order = model.rank(terms=weighted, matched=matched, limit=len(kept.by_id))
-            scores = dict.fromkeys(order, 0.0)
-            for term, term_weight in weighted:
-                postings = model._term_postings(term)  # the same sum as rank's
-                for tool_id, weight in postings.weights.items():
-                    if tool_id in scores:
-                        scores[tool_id] += term_weight * postings.idf * weight / (K1 + weight)
+            scores = model.scores(terms=weighted, matched=matched)
             answers[task.id] = [(kept.by_id[i].name, scores[i]) for i in order]
     from django.db import connection  # noqa: PLC0415
 
@@ -111,16 +104,7 @@ def child(splits: list[str]) -> dict[str, Any]:
 
 def run_child(backend: str, splits: list[str]) -> dict[str, Any]:
     with bench_database(backend, "semantic") as env:
-        output = subprocess.run(
-            [sys.executable, __file__, "--child", ",".join(splits)],
-            env=env,
-            check=True,
-            stdout=subprocess.PIPE,
-            text=True,
-            timeout=1800,
-        ).stdout
-    result: dict[str, Any] = json.loads(output)
-    return result
+        return child_json(__file__, ",".join(splits), env)
 
 
 def words(name: str) -> str:

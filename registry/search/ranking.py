@@ -191,6 +191,23 @@ class SearchModel:
                 found.append(term)
         return found
 
+    def scores(
+        self,
+        *,
+        terms: Sequence[str] | Sequence[tuple[str, float]],
+        matched: Collection[int],
+    ) -> dict[int, float]:
+        """The BM25F score of each `matched` tool of this collection for `terms` (as `rank`
+        takes them); a matched id outside the collection has none."""
+        scores = {tool_id: 0.0 for tool_id in matched if tool_id in self.names}
+        for item in terms:
+            term, term_weight = (item, 1.0) if isinstance(item, str) else item
+            postings = self._term_postings(term)
+            for tool_id, weight in postings.weights.items():
+                if tool_id in scores:
+                    scores[tool_id] += term_weight * postings.idf * weight / (K1 + weight)
+        return scores
+
     def rank(
         self,
         *,
@@ -204,13 +221,7 @@ class SearchModel:
         a query's expansions count EXPANSION_WEIGHT times its own words). `matched` is what the
         database found; a matched id outside the collection (a tool the agent may not call) is
         never returned."""
-        scores = {tool_id: 0.0 for tool_id in matched if tool_id in self.names}
-        for item in terms:
-            term, term_weight = (item, 1.0) if isinstance(item, str) else item
-            postings = self._term_postings(term)
-            for tool_id, weight in postings.weights.items():
-                if tool_id in scores:
-                    scores[tool_id] += term_weight * postings.idf * weight / (K1 + weight)
+        scores = self.scores(terms=terms, matched=matched)
         # sorted(...)[:limit] without sorting the rest (about 110 matching tools a query).
         return heapq.nsmallest(
             limit, scores, key=lambda tool_id: (-scores[tool_id], self.names[tool_id])
