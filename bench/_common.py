@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import math
 import os
 import platform
@@ -120,6 +121,21 @@ def bench_database(backend: str, label: str) -> Iterator[dict[str, str]]:
             pg_drop(name)
         else:
             path.unlink(missing_ok=True)
+
+
+def child_json(script: str, argument: str, env: dict[str, str]) -> dict[str, Any]:
+    """What `script --child ARGUMENT` prints as JSON, run in a process of its own with `env`
+    (Django is set up once per process, on the bench database `env` names)."""
+    output = subprocess.run(
+        [sys.executable, script, "--child", argument],
+        env=env,
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=1800,
+    ).stdout
+    result: dict[str, Any] = json.loads(output)
+    return result
 
 
 # --- Statistics --------------------------------------------------------------------------------

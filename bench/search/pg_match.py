@@ -40,7 +40,8 @@ def main() -> None:
 def measure() -> None:
     from django.db import connection  # noqa: PLC0415
 
-    from registry.catalogue.search import _catalogue_at  # noqa: PLC0415
+    from registry.catalogue.search import searchable  # noqa: PLC0415
+    from registry.catalogue.selectors import catalogue_for_agent  # noqa: PLC0415
     from registry.search.index import TEXT_SEARCH_CONFIG  # noqa: PLC0415
     from registry.search.models import ToolSearchEntry  # noqa: PLC0415
     from registry.search.ranking import PREFIX_MIN_LENGTH  # noqa: PLC0415
@@ -52,7 +53,7 @@ def measure() -> None:
     for server in load_corpus():
         services.grant_create(actor="bench", team=team, server=server)
     role = team.roles.get(name="operations")
-    kept = _catalogue_at(team_id=team.pk, role_id=role.pk, category=None, version=None)
+    kept = searchable(catalogue_for_agent(team_id=team.pk, role_id=role.pk, category=None))
     term_sets = [
         [term for term, _ in kept.model.expanded(weighted_query_terms(task.query))]
         for task in tasks()

@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench._common import (
     REPO,
     bench_database,
+    child_json,
     loadavg,
     machine_facts,
     markdown_table,
@@ -389,15 +390,7 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     for backend in args.backends.split(","):
         with bench_database(backend, "search") as env:
-            output = subprocess.run(
-                [sys.executable, __file__, "--child", backend],
-                env=env,
-                check=True,
-                stdout=subprocess.PIPE,
-                text=True,
-                timeout=1800,
-            ).stdout
-            results[backend] = json.loads(output)
+            results[backend] = child_json(__file__, backend, env)
             if not args.no_latency:
                 results[backend].update(
                     http_latency(
