@@ -8,7 +8,7 @@ PORT ?= 8000
 PYTEST_ARGS ?=
 export PORT PYTEST_ARGS
 
-.PHONY: help run test lint typecheck pytest pytest-fast check-deploy clean
+.PHONY: help run test lint typecheck pytest pytest-fast stack-test images check-deploy clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -30,6 +30,12 @@ pytest: ## Only the test suite (with its set-up); PYTEST_ARGS="-k name -x" narro
 
 pytest-fast: ## pytest without the slow tiers (pyproject.toml's markers; docs/development.md)
 	@bash scripts/check pytest-fast
+
+stack-test: ## Only the production stack tier: make images, then docker compose up to a tool call
+	@bash scripts/check stack
+
+images: ## Build the stack's images from Debian's packages, no registry (deploy/local-images.env)
+	@bash scripts/stack-images
 
 check-deploy: ## manage.py check --deploy with the production profile
 	@bash scripts/check-deploy

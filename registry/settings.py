@@ -1,103 +1,55 @@
 """Toolroom's Django settings, read from the environment only (see docs/configuration.md).
 
-Every knob is an environment variable; secrets may also come from `<NAME>_FILE`. A profile picks
-safe defaults for where Toolroom runs:
-
-- ``production`` (the default): refuses to start without SECRET_KEY, TOOLROOM_SECRETS_KEY and
-  ALLOWED_HOSTS; secure cookies, HSTS, no private networks reachable.
-- ``quickstart`` (``make run``): generates and keeps a local secret key and encryption key under
-  TOOLROOM_DATA_DIR, allows loopback MCP servers, serves over plain HTTP on 127.0.0.1.
-- ``test``: like quickstart with fixed keys and a fast password hasher.
+More: docs/configuration.md, "Module notes".
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import secrets
 from pathlib import Path
-from typing import Any
 
 import django_stubs_ext
-import environ
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
-from environ.fileaware_mapping import FileAwareMapping
+
+from registry.settings_parts.environment import *  # noqa: F403
+from registry.settings_parts.environment import (
+    BASE_DIR,
+    DATA_DIR,
+    IS_PRODUCTION,
+    PROFILE,
+    env,
+    local_secret,
+    owners_only_folder,
+    required,
+)
+
+# Toolroom's own settings (imports, health, runtimes, the sandbox, the catalogue, the gateway).
+from registry.settings_parts.logging import *  # noqa: F403
+from registry.settings_parts.toolroom import *  # noqa: F403
+from registry.settings_parts.toolroom import TOOLROOM_PUBLIC_URL
 
 # Django's generic classes take their type arguments at run time too (`admin.ModelAdmin[Team]`,
 # `forms.ModelForm[Grant]`): the types django-stubs gives them are written in the code.
 django_stubs_ext.monkeypatch()
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-class _SecretFileMapping(FileAwareMapping):
-    """Reads `<NAME>_FILE` like django-environ does, without the file's trailing newline.
-
-    Secret files made by `echo`, editors or `docker secret` end with a newline; kept, it would
-    become part of the secret key, the database name in DATABASE_URL, or a password.
-    """
-
-    def __getitem__(self, key: str) -> str:
-        value: str = super().__getitem__(key)
-        return value.rstrip("\r\n") if self.env.get(key + "_FILE") else value
-
-
-class _Env(environ.FileAwareEnv):
-    ENVIRON = _SecretFileMapping()
-
-
-env = _Env()
-
-PROFILES = ("production", "quickstart", "test")
-PROFILE: str = env.str("TOOLROOM_PROFILE", default="production")
-if PROFILE not in PROFILES:
-    raise ImproperlyConfigured(f"TOOLROOM_PROFILE={PROFILE!r} is not one of {', '.join(PROFILES)}.")
-IS_PRODUCTION = PROFILE == "production"
-
-DATA_DIR = Path(env.str("TOOLROOM_DATA_DIR", default=str(BASE_DIR / "var")))
-if not IS_PRODUCTION and not DATA_DIR.exists():
-    # The quickstart's database, keys and admin password live here: for its owner only.
-    DATA_DIR.mkdir(mode=0o700, parents=True)
-
-
-def _local_secret(name: str, make: Any) -> str:
-    """Return a secret kept in DATA_DIR, creating it (mode 0600) on first use.
-
-    Only the quickstart profile uses this: production must be given its secrets.
-    """
-    path = DATA_DIR / name
-    if path.exists():
-        return path.read_text().strip()
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-    value = str(make())
-    path.touch(mode=0o600)
-    path.write_text(value + "\n")
-    return value
-
-
-def _required(name: str) -> str:
-    value: str = env.str(name, default="")
-    if not value:
-        raise ImproperlyConfigured(
-            f"{name} must be set in the production profile (or {name}_FILE naming a file that "
-            f"holds it). For a local trial run `make run`, which uses TOOLROOM_PROFILE=quickstart."
-        )
-    return value
-
 
 # --- Core --------------------------------------------------------------------------------------
 
 if PROFILE == "production":
-    SECRET_KEY = _required("SECRET_KEY")
+    SECRET_KEY = required("SECRET_KEY")
     # Fernet keys, comma-separated: the first encrypts, all decrypt (rotation).
-    TOOLROOM_SECRETS_KEYS: list[str] = _required("TOOLROOM_SECRETS_KEY").split(",")
+    TOOLROOM_SECRETS_KEYS: list[str] = required("TOOLROOM_SECRETS_KEY").split(",")
 elif PROFILE == "quickstart":
-    SECRET_KEY = env.str("SECRET_KEY", default="") or _local_secret(
+    SECRET_KEY = env.str("SECRET_KEY", default="") or local_secret(
         "secret_key", lambda: secrets.token_urlsafe(50)
     )
     TOOLROOM_SECRETS_KEYS = (
         env.str("TOOLROOM_SECRETS_KEY", default="")
-        or _local_secret("secrets_key", lambda: Fernet.generate_key().decode())
+        or local_secret("secrets_key", lambda: Fernet.generate_key().decode())
     ).split(",")
 else:
     SECRET_KEY = env.str("SECRET_KEY", default="test-only-secret-key-" + "x" * 40)
@@ -135,7 +87,15 @@ INSTALLED_APPS = [
     "registry.servers",
     "workers",
     "registry.teams",
+    # Toolroom's OAuth 2.1 authorization server (django-oauth-toolkit, its models swapped for
+    # registry.oauth's: docs/authentication.md).
+    "oauth2_provider",
+    "registry.oauth",
     "registry.catalogue",
+    # People's own accounts at per-person remote servers (docs/authentication.md).
+    "registry.upstream",
+    # The access rules and their explanation (no models): above the catalogue, below the gateway.
+    "registry.access",
     "mozilla_django_oidc",
     "registry.portal",
     "registry.notifications",
@@ -147,6 +107,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "registry.core.request_ids.RequestIdMiddleware",
+    "registry.core.database_outage.DatabaseOutageMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -213,19 +174,33 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 else:
+    if _db["ENGINE"] == "django.db.backends.postgresql":
+        # Django's, with the outage circuit: no wait for a database known to be away.
+        _db["ENGINE"] = "registry.core.postgresql"
+    # A database that is away costs a request at most these (docs/operations.md, "A PostgreSQL
+    # outage"): libpq's connect timeout (whole seconds, at least 2) and a statement timeout on
+    # every connection (0: none; the compose stack's migrate sets 0 for long migrations).
+    _db.setdefault("OPTIONS", {})["connect_timeout"] = env.int(
+        "DATABASE_CONNECT_TIMEOUT", default=2
+    )
+    _statement_ms = env.int("DATABASE_STATEMENT_TIMEOUT_MS", default=15000)
+    if _statement_ms > 0:
+        _db["OPTIONS"]["options"] = f"-c statement_timeout={_statement_ms}"
     # Under ASGI every request runs its database work in a thread of its own, so connections
     # kept per thread (CONN_MAX_AGE > 0) pile up until PostgreSQL refuses more. A pool per process
     # hands connections to requests and takes them back; with it, CONN_MAX_AGE must be 0.
     if env.bool("DATABASE_POOL", default=True):
         _db["CONN_MAX_AGE"] = 0
         # A connection PostgreSQL closed (restart, pg_terminate_backend, a proxy's idle timeout)
-        # is noticed when the pool hands it out (Django passes psycopg_pool's check_connection),
-        # not by the request that would use it: one round trip per checkout, and it is replaced.
-        _db["CONN_HEALTH_CHECKS"] = True
+        # is noticed when the pool hands it out, not by the request that would use it: one round
+        # trip per checkout, and it is replaced at once. registry/core/postgresql/ checks it
+        # (psycopg_pool's own check, asked for with CONN_HEALTH_CHECKS, backs off seconds
+        # between broken connections).
+        _db["CONN_HEALTH_CHECKS"] = False
         _db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": env.int("DATABASE_POOL_MIN_SIZE", default=1),
             "max_size": env.int("DATABASE_POOL_MAX_SIZE", default=10),
-            "timeout": env.int("DATABASE_POOL_TIMEOUT", default=30),
+            "timeout": env.float("DATABASE_POOL_TIMEOUT", default=5.0),
         }
     else:
         _db["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
@@ -274,7 +249,7 @@ TOOLROOM_HEARTBEAT_STALE_SECONDS: float = env.float(
 TOOLROOM_QUEUES_WATCHED: list[str] = env.list(
     "TOOLROOM_QUEUES_WATCHED", default=["toolroom", "discovery", "runtime"]
 )
-# Discovery runs (registry/servers/operations/discovery.py): a worker holds a run under a lease it
+# Discovery runs (registry/servers/jobs/discovery.py): a worker holds a run under a lease it
 # renews every third of it; the janitor (beat, every 30 s) retries a run whose lease expired, at
 # most this many attempts in all, and sends again a task the broker has not started after the
 # redeliver time.
@@ -301,9 +276,14 @@ CELERY_BROKER_URL: str = env.str(
     "CELERY_BROKER_URL", default=REDIS_URL or "filesystem://localhost/"
 )
 if CELERY_BROKER_URL.startswith("filesystem:"):
+    # Message files written whole before a reader can see them (kombu's writer is not atomic).
+    import registry.core.file_broker  # noqa: F401
+
     _broker_dir = DATA_DIR / "broker"
+    # The queued messages carry task arguments: like the rest of the data folder, owner only.
+    owners_only_folder(_broker_dir)
     for _sub in ("queue", "processed", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+        owners_only_folder(_broker_dir / _sub)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
@@ -321,6 +301,11 @@ elif CELERY_BROKER_URL.startswith(("redis:", "rediss:")):
         # Discovery does not wait for it: its lease and the janitor recover runs sooner.
         "visibility_timeout": env.int("CELERY_TASK_TIME_LIMIT", default=660) + 60,
     }
+# How long the control plane's sends (web, gateway, tasks that send tasks) wait on the broker's
+# socket: a frozen broker (SIGSTOP, a stalled network) costs a send this, not a hang.
+TOOLROOM_BROKER_SEND_TIMEOUT_SECONDS: float = env.float(
+    "TOOLROOM_BROKER_SEND_TIMEOUT_SECONDS", default=1.0
+)
 CELERY_TASK_DEFAULT_QUEUE = "toolroom"
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -330,6 +315,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_DIRECT = True  # every worker gets a queue of its own (runtime routing)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker that refuses a command (Redis MISCONF on a full disk, READONLY, OOM) raises a channel
+# error; without this the worker calls it unrecoverable and exits. With it the consumer
+# reconnects with backoff (2 s, 4 s, ... up to 30 s), for as long as it takes.
+CELERY_BROKER_CHANNEL_ERROR_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=600)
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=660)
@@ -351,6 +341,70 @@ if PROFILE == "test":
 LOGIN_URL = "portal:sign-in"
 LOGIN_REDIRECT_URL = "portal:home"
 LOGOUT_REDIRECT_URL = "portal:sign-in"
+
+# --- People's MCP clients: the OAuth 2.1 authorization server (docs/authentication.md) ----------
+
+# django-oauth-toolkit's models are registry.oauth's (they carry the person's client authorization:
+# team, role, revocation). All six are swapped, so no migration depends on oauth2_provider's own.
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth.Client"
+OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth.AccessToken"  # noqa: S105 (a model)
+OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL = "oauth.RefreshToken"  # noqa: S105 (a model)
+OAUTH2_PROVIDER_GRANT_MODEL = "oauth.Grant"
+OAUTH2_PROVIDER_ID_TOKEN_MODEL = "oauth.IDToken"  # noqa: S105 (a model)
+OAUTH2_PROVIDER_DEVICE_GRANT_MODEL = "oauth.DeviceGrant"
+# A person's access token is short-lived (the client refreshes it by itself); refresh tokens rotate
+# at every use and expire this long after their last access token did.
+TOOLROOM_OAUTH_ACCESS_TOKEN_SECONDS: int = env.int(
+    "TOOLROOM_OAUTH_ACCESS_TOKEN_SECONDS", default=600
+)
+TOOLROOM_OAUTH_REFRESH_TOKEN_SECONDS: int = env.int(
+    "TOOLROOM_OAUTH_REFRESH_TOKEN_SECONDS", default=30 * 24 * 3600
+)
+TOOLROOM_OAUTH_CODE_SECONDS: int = env.int("TOOLROOM_OAUTH_CODE_SECONDS", default=60)
+# Client ID Metadata Documents are fetched with the system's certificate authorities, or this
+# bundle (a PEM file) instead.
+TOOLROOM_OAUTH_CIMD_CA_BUNDLE: str = env.str("TOOLROOM_OAUTH_CIMD_CA_BUNDLE", default="")
+OAUTH2_PROVIDER = {
+    "OAUTH2_SERVER_CLASS": "registry.oauth.grants.ToolroomOAuthServer",
+    "OAUTH2_VALIDATOR_CLASS": "registry.oauth.validator.ToolroomValidator",
+    "ACCESS_TOKEN_GENERATOR": "registry.oauth.tokens.access_token_generate",
+    "REFRESH_TOKEN_GENERATOR": "registry.oauth.tokens.refresh_token_generate",
+    "ACCESS_TOKEN_EXPIRE_SECONDS": TOOLROOM_OAUTH_ACCESS_TOKEN_SECONDS,
+    "REFRESH_TOKEN_EXPIRE_SECONDS": TOOLROOM_OAUTH_REFRESH_TOKEN_SECONDS,
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": TOOLROOM_OAUTH_CODE_SECONDS,
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "PKCE_REQUIRED": True,
+    # OAuth 2.1's posture (RFC 9700): S256 only, no implicit or password grant, the `iss`
+    # authorization-response parameter, tokens stored only as their SHA-256.
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "COMPLIANT_BCP_RFC9700_REFRESH_TOKEN": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_REQUIRED": True,
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none"],
+    # Native clients (Claude Code, MCP Inspector) listen on a loopback port of the moment.
+    "ALLOW_LOCALHOST_LOOPBACK": True,
+    "SCOPES": {"mcp": "Use the tools of one of your teams through Toolroom's gateway"},
+    "DEFAULT_SCOPES": ["mcp"],
+    # The admin switches both on and off (registry.oauth.models.AuthorizationServerPolicy); the
+    # toolkit's own gates stay open and Toolroom's permission classes ask the policy.
+    "DCR_ENABLED": True,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("registry.oauth.policy.RegistrationAllowed",),
+    "CIMD_ENABLED": True,
+    "CIMD_REGISTRATION_PERMISSION_CLASSES": ("registry.oauth.policy.MetadataDocumentsAllowed",),
+    "CIMD_METADATA_FETCHER": "registry.oauth.cimd.GuardedMetadataFetcher",
+    "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
+}
+# MCP clients on people's machines (Claude Code, VS Code, MCP Inspector) receive the code on a
+# plaintext loopback address (RFC 8252 section 7.3): http redirect URIs stay allowed, which the
+# toolkit's deploy check W008 warns about.
+SILENCED_SYSTEM_CHECKS_OAUTH = ["oauth2_provider.W008"]
 
 # --- Single sign-on (OpenID Connect, mozilla-django-oidc) --------------------------------------
 
@@ -374,6 +428,13 @@ LOGIN_REDIRECT_URL_FAILURE = "/portal/sign-in/?sso=failed"
 TOOLROOM_OIDC_TEAMS_CLAIM: str = env.str("TOOLROOM_OIDC_TEAMS_CLAIM", default="")
 TOOLROOM_OIDC_TEAM_PREFIX: str = env.str("TOOLROOM_OIDC_TEAM_PREFIX", default="")
 TOOLROOM_OIDC_OWNER_SUFFIX: str = env.str("TOOLROOM_OIDC_OWNER_SUFFIX", default=":owner")
+if TOOLROOM_OIDC_TEAMS_CLAIM and not TOOLROOM_OIDC_TEAM_PREFIX:
+    # Without a prefix any group the identity provider has that is named like a team's slug (or
+    # `slug:owner`) would grant that membership: whoever may name groups there could join any team.
+    raise ImproperlyConfigured(
+        "TOOLROOM_OIDC_TEAMS_CLAIM is set but TOOLROOM_OIDC_TEAM_PREFIX is empty: set a prefix "
+        "that only the identity provider's groups meant for Toolroom carry (e.g. toolroom-)."
+    )
 # The sign-in button's wording: "Sign in with <this>".
 TOOLROOM_OIDC_LABEL: str = env.str("TOOLROOM_OIDC_LABEL", default="single sign-on")
 
@@ -402,6 +463,8 @@ AXES_COOLOFF_TIME: float = env.float("TOOLROOM_SIGN_IN_COOLOFF_HOURS", default=0
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+# The client address axes counts by: the socket's peer, or what the trusted proxies reported.
+AXES_CLIENT_IP_CALLABLE = "registry.core.client_address.request_client_address"
 
 
 # --- Internationalisation, static files --------------------------------------------------------
@@ -440,13 +503,29 @@ SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
 # Preloading HSTS commits the whole domain in browsers; only its operator can decide that
 # (SECURE_HSTS_PRELOAD=true). Until then `check --deploy`'s reminder about it (W021) is noise.
 SILENCED_SYSTEM_CHECKS: list[str] = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+SILENCED_SYSTEM_CHECKS += SILENCED_SYSTEM_CHECKS_OAUTH
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 if env.bool("TOOLROOM_BEHIND_TLS_PROXY", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# How many reverse proxies stand in front of the web and gateway processes, each appending the
+# address it saw to X-Forwarded-For. 0: the socket's peer is the client, and X-Forwarded-For (which
+# any client can write) is ignored. The sign-in lockout, DRF's throttles and the token-failure
+# throttles of the web and the gateway all take the address from registry/core/client_address.py.
+TOOLROOM_TRUSTED_PROXY_HOPS: int = env.int("TOOLROOM_TRUSTED_PROXY_HOPS", default=0)
+if TOOLROOM_TRUSTED_PROXY_HOPS < 0:
+    raise ImproperlyConfigured(
+        f"TOOLROOM_TRUSTED_PROXY_HOPS must be 0 or more, not {TOOLROOM_TRUSTED_PROXY_HOPS}."
+    )
 # A large import is refused by Toolroom's own limit with a clear message, not by Django's.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+
+# Failed agent-token authentications per client address and token prefix (the web's REST API and
+# the gateway alike; registry/teams/token_failures.py), counted in the cache: "<count>/<period>".
+TOOLROOM_THROTTLE_TOKEN_FAILURES: str = env.str(
+    "TOOLROOM_THROTTLE_TOKEN_FAILURES", default="30/min"
+)
 
 # --- Django REST framework ---------------------------------------------------------------------
 
@@ -465,8 +544,9 @@ REST_FRAMEWORK = {
     # the default cache (Redis wherever REDIS_URL is set), so every web process shares them.
     "DEFAULT_THROTTLE_RATES": {
         "access_requests": env.str("TOOLROOM_THROTTLE_ACCESS_REQUESTS", default="60/hour"),
-        "agent_token_failures": env.str("TOOLROOM_THROTTLE_TOKEN_FAILURES", default="30/min"),
     },
+    # DRF's own client address (a throttle that does not take Toolroom's): the same proxy hops.
+    "NUM_PROXIES": TOOLROOM_TRUSTED_PROXY_HOPS,
     # `?format=` names the catalogue's output format, not a DRF renderer.
     "URL_FORMAT_OVERRIDE": None,
 }
@@ -484,144 +564,23 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {"ToolExposureEnum": "registry.teams.models.ToolExposure"},
 }
 
-# --- Logging -----------------------------------------------------------------------------------
+# --- Toolroom (what needs the sections above; the rest is in settings_parts/toolroom.py) -------
 
-# LOG_FORMAT=json: one JSON object a line, with the request id that follows a request into the
-# tasks it starts (registry/core/request_ids.py).
-LOG_FORMAT: str = env.str("LOG_FORMAT", default="plain")
-if LOG_FORMAT not in ("plain", "json"):
-    raise ImproperlyConfigured(f"LOG_FORMAT must be plain or json, not {LOG_FORMAT!r}.")
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "registry.core.request_ids.RequestIdFilter"}},
-    "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
-        "json": {"()": "registry.core.request_ids.JsonFormatter"},
-    },
-    "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            "formatter": LOG_FORMAT,
-            "filters": ["request_id"],
-        }
-    },
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-}
-
-# --- Toolroom ----------------------------------------------------------------------------------
-
-# Networks an MCP server URL may point into although they are private, loopback, link-local or
-# otherwise internal. Production allows none unless told; the quickstart allows loopback so the
-# MCP servers a newcomer starts locally work out of the box.
-TOOLROOM_ALLOWED_NETWORKS: list[str] = env.list(
-    "TOOLROOM_ALLOWED_NETWORKS",
-    default=[] if IS_PRODUCTION else ["127.0.0.0/8", "::1/128"],
+# Which installation the sandbox's containers, networks and server processes belong to (a label
+# on each): every clean-up touches only its own installation's, so two Toolrooms can share one
+# Docker engine or host. Default: derived from SECRET_KEY and the database's name and location,
+# which all processes of one installation share and two installations do not. Set it to keep
+# it stable across a move of the database or a new SECRET_KEY.
+TOOLROOM_INSTALLATION: str = env.str("TOOLROOM_INSTALLATION", default="") or (
+    "toolroom-"
+    + hmac.new(
+        SECRET_KEY.encode(),
+        "|".join(
+            str(DATABASES["default"].get(part) or "") for part in ("ENGINE", "HOST", "PORT", "NAME")
+        ).encode(),
+        hashlib.sha256,
+    ).hexdigest()[:12]
 )
-# Where imports look up the newest version of an unpinned npx/uvx package (to pin it).
-TOOLROOM_PYPI_URL: str = env.str("TOOLROOM_PYPI_URL", default="https://pypi.org").rstrip("/")
-TOOLROOM_NPM_REGISTRY_URL: str = env.str(
-    "TOOLROOM_NPM_REGISTRY_URL", default="https://registry.npmjs.org"
-).rstrip("/")
-# Largest import file (mcp.json, server.json, YAML) accepted, in bytes.
-TOOLROOM_IMPORT_MAX_BYTES: int = env.int("TOOLROOM_IMPORT_MAX_BYTES", default=1024 * 1024)
-# Environment variables an import's `${VAR}` may read besides those named TOOLROOM_IMPORT_*;
-# Toolroom's own secrets (SECRET_KEY, TOOLROOM_SECRETS_KEY, DATABASE_URL...) never.
-TOOLROOM_IMPORT_ALLOWED_VARIABLES: list[str] = env.list(
-    "TOOLROOM_IMPORT_ALLOWED_VARIABLES", default=[]
-)
-# Access requests are read by people: how many a team may keep open, how many one server may
-# have open across teams, and how many a team may create in 24 hours (withdrawn ones count).
-TOOLROOM_ACCESS_REQUESTS_OPEN_PER_TEAM: int = env.int(
-    "TOOLROOM_ACCESS_REQUESTS_OPEN_PER_TEAM", default=25
-)
-TOOLROOM_ACCESS_REQUESTS_OPEN_PER_SERVER: int = env.int(
-    "TOOLROOM_ACCESS_REQUESTS_OPEN_PER_SERVER", default=200
-)
-TOOLROOM_ACCESS_REQUESTS_PER_TEAM_PER_DAY: int = env.int(
-    "TOOLROOM_ACCESS_REQUESTS_PER_TEAM_PER_DAY", default=100
-)
-# A health check slower than this (milliseconds) marks the server degraded.
-TOOLROOM_HEALTH_DEGRADED_LATENCY_MS: int = env.int(
-    "TOOLROOM_HEALTH_DEGRADED_LATENCY_MS", default=5000
-)
-# How many servers one health-check task checks, and how many of those at once.
-TOOLROOM_HEALTH_BATCH_SIZE: int = env.int("TOOLROOM_HEALTH_BATCH_SIZE", default=100)
-TOOLROOM_HEALTH_CONCURRENCY: int = env.int("TOOLROOM_HEALTH_CONCURRENCY", default=50)
-# A runtime worker that has not reported for this long (seconds) has lost its warm servers.
-TOOLROOM_RUNTIME_STALE_SECONDS: int = env.int("TOOLROOM_RUNTIME_STALE_SECONDS", default=60)
-# A warm runtime that ran this long before crashing gets its restart budget back.
-TOOLROOM_RUNTIME_STABLE_SECONDS: int = env.int("TOOLROOM_RUNTIME_STABLE_SECONDS", default=300)
-# Status shows "owner lost" for a runtime whose worker's heartbeat is older than this (the claim
-# itself may be taken over only after TOOLROOM_RUNTIME_STALE_SECONDS).
-TOOLROOM_RUNTIME_OWNER_LOST_SECONDS: int = env.int(
-    "TOOLROOM_RUNTIME_OWNER_LOST_SECONDS", default=15
-)
-# How long discovery waits for a server to answer its handshake (package runners such as npx
-# and uvx may download the server first).
-TOOLROOM_DISCOVERY_TIMEOUT_SECONDS: int = env.int("TOOLROOM_DISCOVERY_TIMEOUT_SECONDS", default=60)
-# The owner label of the sandbox containers this worker starts (default: the host name); the
-# janitor removes a dead worker's containers by it. Give workers on one host distinct names
-# only if they share no engine.
-TOOLROOM_SANDBOX_OWNER: str = env.str("TOOLROOM_SANDBOX_OWNER", default="")
-# `sandbox prune` (and its daily task) keeps this many images each server ran most recently, and
-# every image younger than the age given (hours): a worker may be about to run what it built.
-TOOLROOM_SANDBOX_PRUNE_KEEP: int = env.int("TOOLROOM_SANDBOX_PRUNE_KEEP", default=2)
-TOOLROOM_SANDBOX_PRUNE_MIN_AGE_HOURS: int = env.int(
-    "TOOLROOM_SANDBOX_PRUNE_MIN_AGE_HOURS", default=24
-)
-
-# --- Catalogue ---------------------------------------------------------------------------------
-
-# Where agents and clients reach Toolroom (the gateway's MCP endpoint is `<this>/mcp/`); empty:
-# the host of each request.
-# Every URL given to agents (mcp.json, /v0.1/servers, the gateway) is built from this one
-# setting; the quickstart serves on 127.0.0.1:$PORT and says so.
-TOOLROOM_PUBLIC_URL: str = env.str(
-    "TOOLROOM_PUBLIC_URL",
-    default="" if IS_PRODUCTION else f"http://127.0.0.1:{env.int('PORT', default=8000)}",
-).rstrip("/")
-# The reverse-DNS namespace of server names in `/v0.1/servers`; empty: from TOOLROOM_PUBLIC_URL.
-TOOLROOM_REGISTRY_NAMESPACE: str = env.str("TOOLROOM_REGISTRY_NAMESPACE", default="")
-# Leave unhealthy servers' tools out of catalogues instead of flagging them.
-TOOLROOM_CATALOGUE_HIDE_UNHEALTHY: bool = env.bool(
-    "TOOLROOM_CATALOGUE_HIDE_UNHEALTHY", default=False
-)
-# How long a rendered catalogue stays in the cache (keyed by version); 0 turns that cache off.
-TOOLROOM_CATALOGUE_CACHE_SECONDS: int = env.int("TOOLROOM_CATALOGUE_CACHE_SECONDS", default=3600)
-# Under ASGI, answer cached catalogues and 304s straight from Redis (registry/catalogue/fastpath).
-TOOLROOM_CATALOGUE_FAST_PATH: bool = env.bool("TOOLROOM_CATALOGUE_FAST_PATH", default=True)
-
-# The gateway (docs/gateway.md). Where clients reach its MCP endpoint (mcp.json hands it out);
-# empty: <TOOLROOM_PUBLIC_URL>/mcp, for a reverse proxy that sends /mcp to the gateway.
-TOOLROOM_GATEWAY_URL: str = env.str("TOOLROOM_GATEWAY_URL", default="")
-# Where the web app forwards POST /api/v1/tools/{name}/call (the gateway's own address).
-TOOLROOM_GATEWAY_INTERNAL_URL: str = env.str(
-    "TOOLROOM_GATEWAY_INTERNAL_URL", default="http://127.0.0.1:8001"
-)
-# How long call records are kept (a scheduled clean-up deletes older ones).
-TOOLROOM_GATEWAY_CALL_RETENTION_DAYS: int = env.int(
-    "TOOLROOM_GATEWAY_CALL_RETENTION_DAYS", default=90
-)
-# Upstream HTTP sessions nobody used for this long are closed.
-TOOLROOM_GATEWAY_IDLE_SECONDS: int = env.int("TOOLROOM_GATEWAY_IDLE_SECONDS", default=300)
-# The key that signs callers' identity tokens (EC P-256, PEM; or TOOLROOM_IDENTITY_KEY_FILE).
-# Empty: outside production a key kept in TOOLROOM_DATA_DIR (identity-key.pem) is made on first use;
-# in production, servers whose policy passes the caller's identity cannot be called without it.
-TOOLROOM_IDENTITY_KEY: str = env.str("TOOLROOM_IDENTITY_KEY", default="")
-TOOLROOM_IDENTITY_KEY_PATH: str = "" if IS_PRODUCTION else str(DATA_DIR / "identity-key.pem")
-# A runtime worker's private endpoint, through which gateways call its stdio/sandboxed servers.
-TOOLROOM_RUNTIME_ENDPOINT_ENABLED: bool = env.bool(
-    "TOOLROOM_RUNTIME_ENDPOINT_ENABLED", default=True
-)
-TOOLROOM_RUNTIME_ENDPOINT_HOST: str = env.str("TOOLROOM_RUNTIME_ENDPOINT_HOST", default="127.0.0.1")
-TOOLROOM_RUNTIME_ENDPOINT_PORT: int = env.int("TOOLROOM_RUNTIME_ENDPOINT_PORT", default=0)
-# The host name gateways use to reach it (empty: the listening host).
-TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE: str = env.str(
-    "TOOLROOM_RUNTIME_ENDPOINT_ADVERTISE", default=""
-)
-# Stateless (2026-07-28) clients without a conversation id are their token: how long after its
-# last confidential read the private-data ratchet holds (a sliding window).
-TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS: int = env.int(
-    "TOOLROOM_GATEWAY_CONVERSATION_WINDOW_SECONDS", default=3600
-)
+# The authorization server's issuer is the public URL (clients check it against the protected
+# resource's metadata, RFC 8414 section 3.3); without one, the host of each request.
+OAUTH2_PROVIDER["OIDC_ISS_ENDPOINT"] = TOOLROOM_PUBLIC_URL

@@ -8,6 +8,7 @@ from registry.gateway.views import jwks_view
 from registry.operations.views import healthz, metrics, readyz
 from registry.portal.urls import oidc_urlpatterns
 from registry.portal.views import landing
+from registry.teams.admin_search import admin_search_view
 
 admin.site.site_header = "Toolroom"
 admin.site.site_title = "Toolroom"
@@ -19,8 +20,11 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics, name="metrics"),
+    path("admin/search/", admin.site.admin_view(admin_search_view), name="admin_search"),
     path("admin/", admin.site.urls),
     path("portal/", include("registry.portal.urls")),
+    # The OAuth 2.1 authorization server for people's MCP clients (docs/authentication.md).
+    path("", include("registry.portal.oauth_urls")),
     *oidc_urlpatterns,
     path(".well-known/jwks.json", jwks_view, name="jwks"),
     path("", include("registry.api.urls")),

@@ -129,7 +129,7 @@ ensure_venv() {
         target=".[dev]"
         what="Toolroom with its development tools"
     fi
-    mkdir -p "$SETUP_LOG_DIR"
+    var_mkdir "$SETUP_LOG_DIR"
     log="$SETUP_LOG_DIR/pip-install.log"
     step "Installing $what into .venv (a minute or two the first time)"
     note "pip's output: ${log#"$TOOLROOM_ROOT"/}"
@@ -146,6 +146,10 @@ ensure_venv() {
     note "installed in $((SECONDS - started)) s"
 }
 
+# var_mkdir DIR...: folders under var/, which holds the quickstart's database, keys and passwords:
+# made for their owner only (0700), var/ itself included when it does not exist yet.
+var_mkdir() { (umask 077 && mkdir -p "$@"); }
+
 # --- System packages ---------------------------------------------------------------------------
 
 # can_apt_install: true on a Debian-like machine where we are root (no sudo: nothing prompts).
@@ -156,7 +160,7 @@ _APT_UPDATED=""
 # once if the first attempt fails (a fresh machine may have none, or stale ones).
 apt_install() {
     local log="$SETUP_LOG_DIR/apt-get.log"
-    mkdir -p "$SETUP_LOG_DIR"
+    var_mkdir "$SETUP_LOG_DIR"
     step "Installing $* with apt-get"
     note "apt-get's output: ${log#"$TOOLROOM_ROOT"/}"
     export DEBIAN_FRONTEND=noninteractive

@@ -54,11 +54,13 @@ def quickstart_processes(*, port: int) -> list[ChildSpec]:
     real processes, no service to install. One worker takes all three queues with the threads pool,
     so it also holds the warm runtimes.
     """
-    web = [PYTHON, "-m", "uvicorn", "registry.asgi:application"]
+    # --no-proxy-headers: the client's address is the socket's (uvicorn would otherwise take it
+    # from an X-Forwarded-For that any local client can write); registry/core/client_address.py.
+    web = [PYTHON, "-m", "uvicorn", "registry.asgi:application", "--no-proxy-headers"]
     web += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     web += ["--http", "registry.core.http_protocol:NoDelayHTTPProtocol"]  # TCP_NODELAY, always
     # The gateway (docs/gateway.md): its own ASGI process on the next port.
-    gateway = [PYTHON, "-m", "uvicorn", "workers.gateway.asgi:application"]
+    gateway = [PYTHON, "-m", "uvicorn", "workers.gateway.asgi:application", "--no-proxy-headers"]
     gateway += ["--host", "127.0.0.1", "--port", str(port + 1), "--log-level", "warning"]
     celery = [PYTHON, "-m", "celery", "-A", "workers", "--quiet"]
     worker = [

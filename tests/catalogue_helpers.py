@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from registry.catalogue.fastbuild import catalogue_build_connections_release
-from registry.catalogue.fastpath import CatalogueFastPath
+from registry.api.fastbuild import catalogue_build_connections_release
+from registry.api.fastpath import CatalogueFastPath
 from registry.servers import services as server_services
 from registry.servers.models import McpServer, ServerStatus, Tool
 from registry.servers.signals import announce_visibility_change, server_visibility_changed
@@ -19,19 +20,36 @@ WRITE: dict[str, Any] = {}
 CONNECT = {"openWorldHint": True}
 
 
+def served_definitions(served: Any) -> dict[str, dict[str, Any]]:
+    """name -> definition of the tools an SDK `MCPServer` lists, as discovery stores them."""
+    # In a thread of its own: the caller may be running an event loop (Playwright's sync API).
+    with ThreadPoolExecutor(1) as pool:
+        listed = pool.submit(asyncio.run, served.list_tools()).result()
+    return {
+        tool.name: dict(tool.model_dump(by_alias=True, exclude_none=True, mode="json"))
+        for tool in listed
+    }
+
+
 def approved_server(
-    slug: str, tools: dict[str, dict[str, Any]] | None = None, *, category: str | None = None
+    slug: str,
+    tools: dict[str, dict[str, Any]] | None = None,
+    *,
+    category: str | None = None,
+    served: Any = None,
 ) -> McpServer:
-    """An approved server whose tools (name -> annotations) are all approved."""
+    """An approved server whose tools (name -> annotations) are all approved. With `served` (the
+    SDK `MCPServer` a test runs for it), each tool is approved at the definition that server
+    lists, so the gateway's check when it opens a session finds no rug pull."""
     server = McpServerFactory(
         slug=slug, category=CategoryFactory(slug=category) if category else None
     )
     server_services.server_submit_for_review(actor="test", server=server)
     server_services.server_approve(actor="test", server=server)
+    listed = served_definitions(served) if served is not None else {}
     for name, hints in (tools or {"read_file": READ}).items():
-        tool = ToolFactory(
-            server=server, name=name, definition=tool_definition(name, annotations=hints)
-        )
+        definition = listed.get(name) or tool_definition(name, annotations=hints)
+        tool = ToolFactory(server=server, name=name, definition=definition)
         server_services.tool_approve(actor="test", tool=tool)
     server.refresh_from_db()
     return server

@@ -1,5 +1,5 @@
-"""A real Celery worker process on the test database and the real Redis broker, for the tests
-that need work to cross process boundaries (and to kill a worker for real)."""
+"""A real Celery worker process (and a real beat) on the test database and the real Redis broker,
+for the tests that need work to cross process boundaries (and to kill a worker for real)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,16 @@ def database_url() -> str:
     return f"postgres://{user}{password}@{host}{port}/{db['NAME']}"
 
 
+def _environment(env: dict[str, str] | None) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "registry.settings",
+        "TOOLROOM_PROFILE": "test",
+        "DATABASE_URL": database_url(),
+        **(env or {}),
+    }
+
+
 class CeleryWorker:
     """`celery -A workers worker` with the threads pool on the given queues, until stopped."""
 
@@ -46,13 +56,7 @@ class CeleryWorker:
             pytest.fail("Worker tests need the real Redis broker: set REDIS_URL (make test does).")
         self.node = f"e2e-{uuid.uuid4().hex[:8]}@{os.uname().nodename}"
         self.log = log
-        environment = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "registry.settings",
-            "TOOLROOM_PROFILE": "test",
-            "DATABASE_URL": database_url(),
-            **(env or {}),
-        }
+        environment = _environment(env)
         argv = [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", queues]
         argv += ["-P", "threads", "-c", str(concurrency), "-n", self.node]
         argv += ["--without-gossip", "--without-mingle", "-l", "info"]
@@ -79,6 +83,30 @@ class CeleryWorker:
         self.process.send_signal(signal.SIGTERM)
         try:
             self.process.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class CeleryBeat:
+    """`celery -A workers beat` with the database scheduler (the schedules are the test
+    database's PeriodicTask rows), until stopped."""
+
+    def __init__(self, log: Path, *, env: dict[str, str] | None = None) -> None:
+        argv = [sys.executable, "-m", "celery", "-A", "workers", "beat", "-l", "info"]
+        argv += ["--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"]
+        argv += ["--schedule", str(log.with_suffix(".schedule"))]
+        with log.open("a") as output:
+            self.process = subprocess.Popen(
+                argv, cwd=REPO, env=_environment(env), stdout=output, stderr=subprocess.STDOUT
+            )
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()

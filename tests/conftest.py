@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from tests.factories import UserFactory
+from tests.owned_postgres import own_database  # noqa: F401 (a fixture for every module)
 
 
 @pytest.fixture(autouse=True)
@@ -16,11 +17,9 @@ def _process_caches_forgotten():
     """Every test starts without the catalogues and call tables a process keeps per team version:
     a rolled-back or flushed test database hands the same team ids and versions to the next test,
     which would find the last test's entries (production versions only ever grow)."""
-    from registry.catalogue.search import catalogue_search_forget
-    from registry.gateway.calls import call_tables_forget
+    from registry.core.process_cache import forget_all
 
-    catalogue_search_forget()
-    call_tables_forget()
+    forget_all()
     _cached_catalogues_forgotten()
     _local_memory_caches_emptied()
 
@@ -95,6 +94,30 @@ def bob(db):
 def charlie(db):
     """A user without any admin access."""
     return UserFactory(username="charlie")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--stack",
+        action="store_true",
+        help="run only the production stack tier (marker `stack`, tests/operations/test_stack.py): "
+        "make stack-test does, after building its images",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """The `stack` tier runs alone and only when asked (`--stack`): it brings up the whole
+    docker-compose.yml stack, which `make stack-test` and CI's own step do once per run. Without
+    the option its tests are deselected (not skipped); with it, every other test is."""
+    wanted = config.getoption("--stack")
+    kept: list[pytest.Item] = []
+    deselected: list[pytest.Item] = []
+    for item in items:
+        is_stack = item.get_closest_marker("stack") is not None
+        (kept if is_stack == wanted else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

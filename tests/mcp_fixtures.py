@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -116,3 +117,25 @@ def server_everything():
             timeout=300,
         )
     return ["node", str(entry), "stdio"]
+
+
+@pytest.fixture
+def http_server_everything(server_everything: list[str]) -> Iterator[RunningServer]:
+    """The reference npm server serving Streamable HTTP on a free port of 127.0.0.1."""
+    port = free_port()
+    entry = server_everything[1]
+    process = subprocess.Popen(
+        ["node", entry, "streamableHttp"],
+        env={"PATH": os.environ["PATH"], "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port)
+    except RuntimeError:
+        process.kill()
+        process.wait()
+        raise
+    server = RunningServer(process, f"http://127.0.0.1:{port}/mcp")
+    yield server
+    server.stop()

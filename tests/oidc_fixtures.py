@@ -16,7 +16,7 @@ from html import unescape
 from pathlib import Path
 from urllib.parse import urljoin
 
-import httpx
+import httpx2
 import pytest
 
 from tests.mcp_fixtures import free_port, wait_for_port
@@ -33,6 +33,8 @@ ACCOUNTS = {
         "groups": ["toolroom-alpha", "toolroom-beta:owner", "payroll-admins"],
     },
     "mallory": {"email": "mallory@example.com", "name": "Mallory", "groups": []},
+    # Groups anyone at the provider could have made, named like teams but without the prefix.
+    "trudy": {"email": "trudy@example.com", "name": "Trudy", "groups": ["alpha", "beta:owner"]},
     "admin": {"email": "intruder@example.com", "name": "Not The Admin", "groups": []},
 }
 
@@ -117,7 +119,7 @@ def sign_in_at_provider(authorize_url: str, login: str) -> str:
     """Go through the provider's own sign-in and consent pages as a browser would; return the
     URL it sends the browser back to (Toolroom's callback with `code` and `state`). The provider's
     development sign-in takes any password for the login it is given."""
-    with httpx.Client(follow_redirects=False, timeout=10) as browser:
+    with httpx2.Client(follow_redirects=False, timeout=10) as browser:
         url = authorize_url
         for _ in range(12):
             answer = browser.get(url)

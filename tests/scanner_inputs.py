@@ -1,6 +1,6 @@
 """Tool definitions the scanner is tried on: the recorded published servers, many ordinary tools
 varied from them, a 2 MB schema and texts built to make regular expressions backtrack. Shared by
-tests/test_scanner.py (what is flagged) and bench/scanner (how fast)."""
+tests/servers/test_scanner.py (what is flagged) and bench/scanner (how fast)."""
 
 from __future__ import annotations
 

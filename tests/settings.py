@@ -8,6 +8,12 @@ os.environ.setdefault("TOOLROOM_PROFILE", "test")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("TOOLROOM_BROKER_KEY_PREFIX", f"test-{os.getpid()}:")
 os.environ.setdefault("TOOLROOM_CACHE_PREFIX", f"test-{os.getpid()}")
+# The sandbox's janitors touch only this run's containers and networks (another run, or a
+# quickstart, may share the Docker engine); the worker processes a test starts inherit it.
+os.environ.setdefault("TOOLROOM_INSTALLATION", f"test-{os.getpid()}")
+# The gateways tests start keep their call records in memory: a journal left by one test would
+# be replayed into the next one's database. The journal's own tests give it a folder of theirs.
+os.environ.setdefault("TOOLROOM_GATEWAY_JOURNAL_DIR", "")
 # Every test client comes from 127.0.0.1: the throttles' own tests lower these rates themselves;
 # elsewhere wrong tokens and requests from earlier tests must not add up to a 429.
 os.environ.setdefault("TOOLROOM_THROTTLE_TOKEN_FAILURES", "100000/min")
@@ -15,8 +21,11 @@ os.environ.setdefault("TOOLROOM_THROTTLE_ACCESS_REQUESTS", "100000/hour")
 # The ASGI fast path reads only under a cache epoch confirmed within this time; a loaded machine
 # may take more than the default second between the Django request that confirms it and the
 # fast-path call a test makes. The fault tests do not lean on this timer: a restarted Redis is
-# seen on connect and a failure drops trust at once (tests/test_faults_cache.py).
+# seen on connect and a failure drops trust at once (tests/faults/test_faults_cache.py).
 os.environ.setdefault("TOOLROOM_CACHE_REVALIDATE_SECONDS", "30")
+# No epoch keeper thread in the test process (an in-process web app would start one, querying
+# the test database from a thread of its own); the outage test's processes turn it back on.
+os.environ.setdefault("TOOLROOM_EPOCH_KEEPER", "false")
 
 from registry.settings import *  # noqa: F403
 

@@ -1,6 +1,7 @@
-"""A real listening socket between the gateway and an MCP server over HTTP, for retry tests.
+"""Real listening sockets between Toolroom and what it talks to, for fault tests: a proxy in front
+of an MCP server over HTTP (retry tests) and a TCP relay in front of PostgreSQL (outage tests).
 
-Every TCP connection it accepts is timestamped. In mode `refuse` it closes each connection at
+Every TCP connection the proxy accepts is timestamped. In mode `refuse` it closes each connection at
 once without reading a byte (the request provably never reached a server). In mode `drop_calls`
 it passes requests through to the server (one request per connection: `Connection: close`), but
 for a `tools/call` it waits until the server has started answering (the call reached it) and then
@@ -14,6 +15,7 @@ import contextlib
 import itertools
 import threading
 import time
+from typing import Any
 
 
 class FaultyProxy:
@@ -86,5 +88,70 @@ class FaultyProxy:
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+class TcpRelay:
+    """A plain TCP relay to 127.0.0.1:`upstream_port` (PostgreSQL, for outage tests) on a port
+    of its own. `cut()` makes the upstream unreachable through it: every relayed connection is
+    aborted and new ones are refused (nothing listens); `restore()` listens again on the same
+    port."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server: asyncio.base_events.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.port = 0
+        self.restore()
+
+    def _run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)
+
+    def restore(self) -> None:
+        async def listen() -> None:
+            self.server = await asyncio.start_server(
+                self._connection, "127.0.0.1", self.port, reuse_address=True
+            )
+            self.port = self.server.sockets[0].getsockname()[1]
+
+        self._run(listen())
+
+    def cut(self) -> None:
+        async def close() -> None:
+            if self.server is not None:
+                self.server.close()
+                self.server = None
+            for writer in list(self.writers):
+                writer.transport.abort()
+            self.writers.clear()
+
+        self._run(close())
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while chunk := await reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.transport.abort()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self.writers.update((writer, up_writer))
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        self.writers.difference_update((writer, up_writer))
+
+    def stop(self) -> None:
+        self.cut()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)

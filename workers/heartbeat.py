@@ -1,7 +1,11 @@
 """Heartbeats of workers, runtime workers and beat: a daemon thread per process writes one row
-every TOOLROOM_HEARTBEAT_SECONDS (`registry.operations.readiness.process_heartbeat_record`), with
-what the process sees of the Docker engine (workers) and the queues it consumes. `/readyz` and
+per role every TOOLROOM_HEARTBEAT_SECONDS (`readiness.process_heartbeat_record`), with what the
+process sees of the Docker engine (workers) and the queues it consumes. `/readyz` and
 `manage.py probe` read them; a heartbeat that fails (database blip) is retried at the next beat.
+
+The roles are asked for at every beat, so a heartbeat says what the process still does: a
+worker shutting down (for whatever reason) says nothing any more, and a runtime worker whose
+runtime manager stopped answering stops heartbeating as a runtime worker (workers/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -31,14 +35,22 @@ def sandbox_state() -> dict[str, Any]:
     if not os.environ.get("DOCKER_HOST") and not os.path.exists("/var/run/docker.sock"):
         return {"docker": "not configured"}
     from workers.adapters.sandbox.engine import connect_engine  # noqa: PLC0415
-    from workers.adapters.sandbox.spec import LABEL_MANAGED, LABEL_OWNER  # noqa: PLC0415
-    from workers.sandboxing import sandbox_owner  # noqa: PLC0415
+    from workers.adapters.sandbox.spec import (  # noqa: PLC0415
+        LABEL_INSTALLATION,
+        LABEL_MANAGED,
+        LABEL_OWNER,
+    )
+    from workers.sandboxing import sandbox_installation, sandbox_owner  # noqa: PLC0415
 
     owner = sandbox_owner()
     try:
         engine = connect_engine(timeout=3)
         try:
-            labels = [f"{LABEL_MANAGED}=true", f"{LABEL_OWNER}={owner}"]
+            labels = [
+                f"{LABEL_MANAGED}=true",
+                f"{LABEL_INSTALLATION}={sandbox_installation()}",
+                f"{LABEL_OWNER}={owner}",
+            ]
             containers = len(engine.containers.list(filters={"label": labels}))
         finally:
             engine.close()
@@ -47,8 +59,11 @@ def sandbox_state() -> dict[str, Any]:
     return {"docker": "ok", "sandbox_owner": owner, "sandbox_containers": containers}
 
 
-def heartbeat_start(*, kind: str, name: str, details: Callable[[], dict[str, Any]]) -> None:
-    """Start this process's heartbeat thread (once)."""
+def heartbeat_start(
+    *, roles: Callable[[], list[str]], name: str, details: Callable[[], dict[str, Any]]
+) -> None:
+    """Start this process's heartbeat thread (once): at each beat, a row for every role
+    `roles()` names now (ProcessKind values)."""
     global _thread  # noqa: PLW0603 (one per process)
     if _thread is not None and _thread.is_alive():
         return
@@ -58,9 +73,13 @@ def heartbeat_start(*, kind: str, name: str, details: Callable[[], dict[str, Any
     def beat() -> None:
         while True:
             try:
-                process_heartbeat_record(
-                    kind=kind, name=name, started_at=started_at, details=details()
-                )
+                kinds = roles()
+                if kinds:
+                    seen = details()
+                    for kind in kinds:
+                        process_heartbeat_record(
+                            kind=kind, name=name, started_at=started_at, details=seen
+                        )
             except Exception:
                 logger.exception("heartbeat of %s not written; retrying in the next beat", name)
             finally:

@@ -14,11 +14,22 @@ import shutil
 import socket
 from functools import cache
 
-from registry.servers.operations.launch import LaunchPlan
-from workers.adapters.mcp_client import Deadlines, HttpTarget, McpFailure, StdioTarget, Target
+from django.conf import settings
+
+from registry.servers.jobs.launch import LaunchPlan
+from workers.adapters.mcp_client import (
+    Deadlines,
+    HttpTarget,
+    McpFailure,
+    StdioTarget,
+    Target,
+    mode_for,
+)
 from workers.sandboxing import sandbox_target
 
 OWNER_ENV = "TOOLROOM_PROCESS_OWNER"
+# The installation the server process belongs to: a janitor kills only its own installation's.
+INSTALLATION_ENV = "TOOLROOM_PROCESS_INSTALLATION"
 
 
 @cache
@@ -31,17 +42,22 @@ def process_owner_tag() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-async def target_for(plan: LaunchPlan) -> Target:
-    """How to reach the server: its URL, a sandboxed container, or a local process."""
+async def target_for(plan: LaunchPlan, *, isolation_key: str = "") -> Target:
+    """How to reach the server: its URL, a sandboxed container, or a local process.
+    `isolation_key`: whom the session serves (its storage, docs/sandbox.md)."""
     if plan.transport in ("streamable_http", "sse"):
+        headers = dict(plan.headers)
+        if plan.upstream_token:  # a per-person server, discovered with an admin's account
+            headers["Authorization"] = f"Bearer {plan.upstream_token}"
         return HttpTarget(
             url=plan.url,
             transport="sse" if plan.transport == "sse" else "streamable_http",
-            headers=plan.headers,
+            headers=headers,
             allowed_networks=plan.allowed_networks,
+            label=plan.name or plan.slug,
         )
     if plan.sandboxed:
-        return await sandbox_target(plan)
+        return await sandbox_target(plan, isolation_key=isolation_key)
     argv = list(plan.argv)
     if not argv:
         raise McpFailure("spawn", f"{plan.name} has no command to run.")
@@ -51,7 +67,11 @@ async def target_for(plan: LaunchPlan) -> Target:
     argv = [setpriv, "--pdeathsig", "KILL", "--", program, *argv[1:]] if setpriv else argv
     return StdioTarget(
         argv=argv,
-        env={**plan.env, OWNER_ENV: process_owner_tag()},
+        env={
+            **plan.env,
+            OWNER_ENV: process_owner_tag(),
+            INSTALLATION_ENV: settings.TOOLROOM_INSTALLATION,
+        },
         cwd=plan.working_directory or None,
         label=label,
     )
@@ -74,6 +94,13 @@ def _resolve_program(program: str, plan: LaunchPlan) -> str:
             "spawn", f"The command was not found: {program} (searched the PATH {search_path})."
         )
     return found
+
+
+def session_mode(plan: LaunchPlan) -> str:
+    """How to open a session to the server: what it last negotiated, and the handshake for a
+    server whose lock says its SDK speaks nothing else (before any discovery too)."""
+    mode = mode_for(plan.protocol_version)
+    return "legacy" if plan.handshake_only and mode == "auto" else mode
 
 
 def health_deadlines(plan: LaunchPlan) -> Deadlines:

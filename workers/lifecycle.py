@@ -1,10 +1,6 @@
 """What a worker does when it starts and stops: clean up after dead predecessors, hold runtimes.
 
-Every worker kills orphaned server processes on its host and starts its heartbeat (beat starts
-one too, workers/heartbeat.py). A worker that consumes the runtime
-queue with the threads (or solo) pool also runs the RuntimeManager; a prefork runtime worker
-would run tasks in child processes that cannot reach the manager, so it is refused loudly. A
-worker that stops removes the proxied networks it kept (workers/adapters/sandbox/egress_pool.py).
+More: docs/workers.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -12,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery.bootsteps import RUN
 from celery.signals import (
     beat_init,
     task_postrun,
@@ -24,13 +21,16 @@ from celery.signals import (
 from registry.core import task_queue
 from registry.core.models import ProcessKind
 from registry.core.request_ids import TASK_HEADER, current_request_id
-from registry.servers.operations.runtime import runtime_forget_owner
+from registry.servers.jobs.runtime import runtime_forget_owner
 from workers.heartbeat import heartbeat_start, heartbeat_stop, sandbox_state
 from workers.janitor import kill_orphans
-from workers.runtime import start_manager, stop_manager
+from workers.runtime import current_manager, start_manager, stop_manager
 from workers.sandboxing import clean_up_orphans, close_kept_egress
 
 logger = logging.getLogger(__name__)
+
+# Celery's worker-direct queue of a worker is named after it: "<node name>.dq2".
+WORKER_DIRECT_SUFFIX = ".dq2"
 
 
 def _consumed_queues(consumer: Any) -> set[str]:
@@ -45,20 +45,48 @@ def _pool_name(consumer: Any) -> str:
     return type(pool).__module__.rsplit(".", 1)[-1] if pool is not None else ""
 
 
+def _serving(consumer: Any) -> bool:
+    """The worker runs (not stopping, for whatever reason: a signal, an unrecoverable error)."""
+    controller = getattr(consumer, "controller", None)
+    blueprint = getattr(controller, "blueprint", None)
+    return blueprint is None or blueprint.state == RUN
+
+
+def worker_roles(queues: set[str], *, consumer: Any = None) -> list[str]:
+    """The roles a worker consuming `queues` plays now (see the module's docstring)."""
+    if consumer is not None and not _serving(consumer):
+        return []
+    roles: list[str] = []
+    general = {
+        queue
+        for queue in queues
+        if queue != task_queue.RUNTIME_QUEUE and not queue.endswith(WORKER_DIRECT_SUFFIX)
+    }
+    if general:
+        roles.append(ProcessKind.WORKER)
+    manager = current_manager()
+    if task_queue.RUNTIME_QUEUE in queues and manager is not None and manager.responsive():
+        roles.append(ProcessKind.RUNTIME)
+    return roles
+
+
 @worker_ready.connect
 def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
     kill_orphans()
     removed = clean_up_orphans()
     if removed:
         logger.warning("removed what dead workers left on the Docker engine: %s", removed)
-    queues = sorted(_consumed_queues(sender))
+    queues = _consumed_queues(sender)
+    if task_queue.RUNTIME_QUEUE in queues:
+        _start_runtimes(sender)
     heartbeat_start(
-        kind=ProcessKind.RUNTIME if task_queue.RUNTIME_QUEUE in queues else ProcessKind.WORKER,
+        roles=lambda: worker_roles(queues, consumer=sender),
         name=sender.hostname,
-        details=lambda: {"queues": queues, **sandbox_state()},
+        details=lambda: {"queues": sorted(queues), **sandbox_state()},
     )
-    if task_queue.RUNTIME_QUEUE not in queues:
-        return
+
+
+def _start_runtimes(sender: Any) -> None:
     pool = _pool_name(sender)
     if pool not in ("thread", "solo"):
         logger.error(
@@ -71,7 +99,10 @@ def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
     runtime_forget_owner(owner=owner)
     start_manager(owner)
     logger.info("runtime manager started as %s", owner)
-    task_queue.send_now(task_queue.RUNTIME_RECONCILE, expires=60)
+    try:
+        task_queue.send_now(task_queue.RUNTIME_RECONCILE, expires=60)
+    except task_queue.BrokerUnavailable as exc:
+        logger.warning("first reconcile not sent (beat sends the next one): %s", exc)
 
 
 @worker_shutdown.connect
@@ -92,7 +123,9 @@ def on_worker_process_shutdown(**kwargs: Any) -> None:
 def on_beat_init(sender: Any = None, **kwargs: Any) -> None:
     import socket  # noqa: PLC0415
 
-    heartbeat_start(kind=ProcessKind.BEAT, name=f"beat@{socket.gethostname()}", details=dict)
+    heartbeat_start(
+        roles=lambda: [ProcessKind.BEAT], name=f"beat@{socket.gethostname()}", details=dict
+    )
 
 
 @task_prerun.connect

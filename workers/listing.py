@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from registry.servers.operations.discovery import DiscoveryOutcome
+from registry.servers.jobs.discovery import DiscoveryOutcome
 from workers.adapters.mcp_client import McpConnection, McpFailure, elapsed_ms
 
 

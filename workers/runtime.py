@@ -24,31 +24,23 @@ from typing import Any, TypeVar
 
 import anyio
 from django.conf import settings
-from django.db import close_old_connections, connection
 
-from registry.gateway.runtimes import (
-    runtime_endpoint_advertise,
-    runtime_endpoint_secret,
-    server_runtime_wanted,
-)
+from registry.gateway.runtimes import runtime_endpoint_advertise, runtime_endpoint_secret
+from registry.servers.gateway_policy import server_runtime_wanted
+from registry.servers.jobs.discovery import DiscoveryOutcome
+from registry.servers.jobs.health import HealthResult
+from registry.servers.jobs.launch import LaunchPlan, server_launch_plan
+from registry.servers.jobs.runtime import runtime_claim, runtime_heartbeat, runtime_report
 from registry.servers.models import McpServer, RuntimeState
-from registry.servers.operations.discovery import DiscoveryOutcome
-from registry.servers.operations.health import HealthResult
-from registry.servers.operations.launch import LaunchPlan, server_launch_plan
-from registry.servers.operations.runtime import runtime_claim, runtime_heartbeat, runtime_report
-from workers.adapters.mcp_client import (
-    Asker,
-    Deadlines,
-    McpConnection,
-    McpFailure,
-    connect,
-    elapsed_ms,
-)
+from workers.adapters.mcp_client import Asker, Deadlines, McpConnection, McpFailure, elapsed_ms
+from workers.adapters.negotiation import connect_negotiated
+from workers.definitions import DefinitionWatch, worker_definitions_checked
 from workers.health import probe
-from workers.launch import target_for
+from workers.launch import session_mode, target_for
 from workers.listing import failed_outcome, list_everything
-from workers.runtime_endpoint import RuntimeEndpoint
-from workers.session_pool import UpstreamPool
+from workers.orm import orm_in_thread
+from workers.runtime_endpoint import RuntimeEndpoint, call_log, call_progress
+from workers.session_pool import UpstreamPool, until_abandoned
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -61,20 +53,7 @@ RESTART_BACKOFF_MAX = 60.0
 COMMAND_TIMEOUT = 120.0
 
 
-async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run ORM code off the event loop, in a thread, closing stale connections after."""
-
-    def call() -> T:
-        try:
-            return fn(*args, **kwargs)
-        except Exception:
-            # A connection the server closed stays broken in this thread: drop it now.
-            connection.close_if_unusable_or_obsolete()
-            raise
-        finally:
-            close_old_connections()
-
-    return await anyio.to_thread.run_sync(call)
+_db = orm_in_thread
 
 
 @dataclass
@@ -199,10 +178,16 @@ class WarmRuntime:
         )
         try:
             target = await target_for(self.plan)
-            # No elicitation declared here: discovery and health checks use this session, and a
-            # server's tool list may depend on the client's capabilities (it must match a cold
-            # discovery's). Questions reach callers from the per-team/conversation sessions.
-            async with connect(target, deadlines=deadlines) as connection:
+            # Discovery and health checks use this session too: it declares what every session
+            # declares (connect), so its tool list matches a cold discovery's and the calls'.
+            async with connect_negotiated(
+                target,
+                deadlines=deadlines,
+                mode=session_mode(self.plan),
+                watch_tools=self.manager.definitions.listener(self.plan, self.request),
+            ) as connection:
+                # A rug pull is checked on every open and on the server's list_changed.
+                await self.manager.definitions.opened(self.server_id, connection)
                 self.ready.set()
                 self.running_since = time.monotonic()
                 await self._report(RuntimeState.RUNNING, stderr=connection.stderr_tail())
@@ -219,7 +204,7 @@ class WarmRuntime:
 
         async def handle(request: _Request) -> None:
             try:
-                result = await request.work(connection)
+                result = await until_abandoned(request.work, connection, request.future)
             except McpFailure as failure:
                 if not request.future.done():
                     request.future.set_exception(failure)
@@ -284,8 +269,10 @@ class RuntimeManager:
         # per-conversation sessions of the servers held here (docs/gateway.md).
         self.endpoint: RuntimeEndpoint | None = None
         self.endpoint_address = ""
+        self.definitions = DefinitionWatch(worker_definitions_checked)
         self.scoped = UpstreamPool(
-            idle_seconds=float(settings.TOOLROOM_GATEWAY_IDLE_SECONDS), answer_questions=True
+            idle_seconds=float(settings.TOOLROOM_GATEWAY_IDLE_SECONDS),
+            definitions=self.definitions,
         )
         self._scoped_host: asyncio.Task[None] | None = None
 
@@ -305,6 +292,16 @@ class RuntimeManager:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
         self.loop.close()
+
+    def responsive(self, timeout: float = 2.0) -> bool:
+        """Whether the manager's event loop answers (its thread may have died, or be stuck)."""
+        if not self._thread.is_alive():
+            return False
+        try:
+            self._call(asyncio.sleep(0), timeout=timeout)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            return False
+        return True
 
     def _call(self, coro: Coroutine[Any, Any, T], *, timeout: float = COMMAND_TIMEOUT) -> T:
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -383,6 +380,8 @@ class RuntimeManager:
                 ) from None
 
         op, name = str(request.get("op") or "call_tool"), str(request.get("name") or "")
+        progress = call_progress.get()  # the server's reports go to the gateway
+        log = call_log.get()  # and its log messages, if the caller asked for them
 
         async def work(connection: McpConnection) -> dict[str, Any]:
             if op == "read_resource":
@@ -393,7 +392,13 @@ class RuntimeManager:
                 }
                 return await connection.get_prompt(name, prompt_arguments, timeout=timeout)
             return await connection.call_tool(
-                tool, arguments, timeout=timeout, meta=meta, asker=ask
+                tool,
+                arguments,
+                timeout=timeout,
+                meta=meta,
+                asker=ask,
+                progress=progress,
+                log=log,
             )
 
         if scope == "shared":
@@ -483,6 +488,7 @@ class RuntimeManager:
         if self.endpoint is not None:
             await self.endpoint.close()
         await self.scoped.close()
+        await self.definitions.close()
         if self._scoped_host is not None:
             self._scoped_host.cancel()
         runtimes = list(self.runtimes.values())
@@ -526,10 +532,10 @@ class RuntimeManager:
         timeout = float(runtime.plan.health_check_timeout_seconds)
         plan = runtime.plan
 
-        async def work(connection: McpConnection) -> None:
+        async def work(connection: McpConnection) -> list[dict[str, Any]] | None:
             try:
                 async with asyncio.timeout(timeout):
-                    await probe(connection, plan)
+                    return await probe(connection, plan)
             except TimeoutError:
                 raise McpFailure(
                     "timeout", f"The warm runtime did not answer within {timeout:g} s."
@@ -537,7 +543,7 @@ class RuntimeManager:
 
         try:
             async with asyncio.timeout(timeout + 5):
-                await runtime.request(work, fatal=True)
+                tools = await runtime.request(work, fatal=True)
         except McpFailure as failure:
             return HealthResult(
                 server_id, ok=False, latency_ms=elapsed_ms(start), error=failure.describe()
@@ -549,7 +555,7 @@ class RuntimeManager:
                 latency_ms=elapsed_ms(start),
                 error=f"The warm runtime did not answer within {timeout:g} s.",
             )
-        return HealthResult(server_id, ok=True, latency_ms=elapsed_ms(start))
+        return HealthResult(server_id, ok=True, latency_ms=elapsed_ms(start), tools=tools)
 
     async def _probe_batch(self, server_ids: list[int]) -> list[HealthResult]:
         return list(await asyncio.gather(*(self._probe_one(pk) for pk in server_ids)))

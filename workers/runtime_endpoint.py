@@ -1,26 +1,14 @@
 """The private endpoint of a runtime worker: the gateway's way to the stdio and sandboxed
 servers this worker holds (docs/workers.md, docs/gateway.md). Not a Celery round trip.
 
-JSON lines over one persistent TCP connection per gateway process, several calls in flight at
-once (each answer names its request's id). The first line must carry the shared secret (derived
-from SECRET_KEY); anything else closes the connection. A request:
-
-    {"id": 7, "server_id": 3, "scope": "team:2", "tool": "echo", "arguments": {...},
-     "timeout": 4.5, "meta": {...}}
-
-and its answer `{"id": 7, "result": {...}}` (a tools/call result in MCP wire form) or
-`{"id": 7, "error": {"kind": "<McpFailure kind>", "message": "..."}}`. Kind `connect` means the
-request never reached the server (for instance: this worker does not hold it).
-
-A question the server asks during a call (elicitation) goes to the gateway as
-`{"id": 7, "ask": 1, "params": {...}}`; the gateway answers `{"answer": 1, "result": {...}}` or
-`{"answer": 1, "refused": "why"}` (its caller cannot be asked) on the same connection.
-"""
+More: docs/workers.md, "Module notes"."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import hmac
 import itertools
 import json
@@ -28,13 +16,31 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from workers.adapters.mcp_client import Asker, AskRefused, McpFailure
+from mcp.shared.dispatcher import ProgressFnT
+
+from workers.adapters.mcp_client import Asker, AskRefused, CallLog, McpFailure
 
 logger = logging.getLogger(__name__)
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 # A call, and how to ask the gateway's caller a question the server asks during it.
 CallHandler = Callable[[dict[str, Any], Asker], Awaitable[dict[str, Any]]]
+
+
+# Where the server's progress reports of the call being served in this task go (the gateway).
+call_progress: contextvars.ContextVar[ProgressFnT | None] = contextvars.ContextVar(
+    "toolroom_runtime_call_progress", default=None
+)
+
+# Where the server's log messages of the call being served in this task go (the gateway), when
+# the gateway's caller asked for them (the request's `log_level`).
+call_log: contextvars.ContextVar[CallLog | None] = contextvars.ContextVar(
+    "toolroom_runtime_call_log", default=None
+)
+
+
+def _forget(calls: dict[Any, Any], call_id: Any, _: object) -> None:
+    calls.pop(call_id, None)
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -76,6 +82,7 @@ class RuntimeEndpoint:
             self.connections.add(current)
             current.add_done_callback(self.connections.discard)
         tasks: set[asyncio.Task[None]] = set()
+        by_id: dict[Any, asyncio.Task[None]] = {}
         lock = asyncio.Lock()
         questions: dict[int, asyncio.Future[dict[str, Any]]] = {}
         question_ids = itertools.count(1)
@@ -99,6 +106,21 @@ class RuntimeEndpoint:
                     raise AskRefused(str(reply["refused"]))
                 return dict(reply.get("result") or {})
 
+            async def report(progress: float, total: float | None, message: str | None) -> None:
+                sent = {"progress": progress, "total": total, "message": message}
+                with contextlib.suppress(ConnectionError):
+                    await answer({"id": request.get("id"), "progress": sent})
+
+            call_progress.set(report)
+            level = request.get("log_level")
+            if isinstance(level, str):
+
+                async def log(level: str, data: Any, logger_name: str | None) -> None:
+                    sent = {"level": level, "data": data, "logger": logger_name}
+                    with contextlib.suppress(ConnectionError):
+                        await answer({"id": request.get("id"), "log": sent})
+
+                call_log.set(CallLog(level, log))
             try:
                 result = await self.handle(request, ask)
             except McpFailure as failure:
@@ -127,9 +149,16 @@ class RuntimeEndpoint:
                     if waiting is not None and not waiting.done():
                         waiting.set_result(message)
                     continue
+                if "cancel" in message:  # the gateway no longer waits for this call
+                    cancelled = by_id.get(message["cancel"])
+                    if cancelled is not None:
+                        cancelled.cancel()
+                    continue
                 task = asyncio.create_task(serve(message))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
+                by_id[message.get("id")] = task
+                task.add_done_callback(functools.partial(_forget, by_id, message.get("id")))
         except (ConnectionError, ValueError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:

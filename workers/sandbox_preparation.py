@@ -14,13 +14,13 @@ import shutil
 import subprocess
 from collections.abc import Callable
 
-from registry.servers.models import SandboxPreparationState
-from registry.servers.operations.sandbox_preparation import (
+from registry.servers.jobs.sandbox_preparation import (
     FIX_COMMAND,
     sandbox_needs,
     sandbox_preparation_record,
     sandbox_servers_rediscover,
 )
+from registry.servers.models import SandboxPreparationState
 from workers.adapters.sandbox import (
     BASE_IMAGE,
     NODE_BASE_IMAGE,

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.conf import settings
 
-from registry.servers.operations.sandbox_images import sandbox_images_in_use
+from registry.servers.jobs.sandbox_images import sandbox_images_in_use
 from workers.adapters.sandbox import PruneReport, prune_server_images
 
 

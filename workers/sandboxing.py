@@ -10,12 +10,13 @@ has already checked against the trust tier and the data sensitivity.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -28,9 +29,9 @@ from registry.servers.importing.launchers import (
     is_launcher,
     launcher_parse,
 )
-from registry.servers.operations.launch import LaunchPlan
-from registry.servers.operations.runtime import server_sandbox_image_record
-from registry.servers.operations.sandbox_preparation import sandbox_egress_allowlists
+from registry.servers.jobs.launch import LaunchPlan
+from registry.servers.jobs.runtime import server_sandbox_image_record
+from registry.servers.jobs.sandbox_preparation import sandbox_egress_allowlists
 from workers.adapters.mcp_client import McpFailure, TransportTarget
 from workers.adapters.sandbox import (
     BASE_IMAGE,
@@ -50,6 +51,8 @@ from workers.adapters.sandbox import (
     remove_surplus_egress_networks,
     sandbox_transport,
 )
+from workers.adapters.sandbox.spec import StorageMount
+from workers.sandbox_storage import storage_after_session, storage_mounts
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +64,28 @@ def sandbox_owner() -> str:
     return str(settings.TOOLROOM_SANDBOX_OWNER or socket.gethostname())
 
 
+def sandbox_installation() -> str:
+    """The installation label of everything this Toolroom makes on the engine: every clean-up
+    is limited to it (another installation may share the engine)."""
+    return str(settings.TOOLROOM_INSTALLATION)
+
+
+def sandbox_janitor(*, owner: str | None) -> list[str]:
+    """Remove what dead workers of `owner` (None: of every owner) of this installation left, the
+    installation's surplus egress bridges and its kept egress networks no server needs any
+    more. Raises SandboxError without an engine."""
+    installation = sandbox_installation()
+    return (
+        remove_orphans(owner_label_value=owner, installation=installation)
+        + remove_surplus_egress_networks(installation=installation)
+        + clean_up_stale_egress()
+    )
+
+
 def clean_up_orphans() -> list[str]:
-    """Remove what dead workers of this owner left, surplus egress bridges and the kept egress
-    networks no server needs any more; [] if no engine."""
+    """What a worker does at start: `sandbox_janitor` for its own owner; [] if no engine."""
     try:
-        removed = remove_orphans(owner_label_value=sandbox_owner())
-        return removed + remove_surplus_egress_networks() + clean_up_stale_egress()
+        return sandbox_janitor(owner=sandbox_owner())
     except SandboxError:
         return []
 
@@ -82,7 +101,7 @@ def clean_up_stale_egress(servers: Sequence[str] | None = None) -> list[str]:
     wanted = {
         slug: egress_policy(allowlist) for slug, allowlist in sandbox_egress_allowlists().items()
     }
-    return remove_stale_egress(wanted, servers=servers)
+    return remove_stale_egress(wanted, installation=sandbox_installation(), servers=servers)
 
 
 def _launched(argv: Sequence[str]) -> Launcher | None:
@@ -142,6 +161,7 @@ def _resolve(plan: LaunchPlan) -> tuple[ImageRef, list[str]]:
                 plan.package_identifier,
                 plan.package_version,
                 engine=engine,
+                lock=plan.package_lock or None,
             )
             launched = package_command(plan.argv, plan.package_identifier)
             if launched is None:
@@ -179,7 +199,9 @@ def _record_image(plan: LaunchPlan, image: ImageRef) -> None:
         close_old_connections()
 
 
-def _spec(plan: LaunchPlan, image: str, argv: Sequence[str]) -> ContainerSpec:
+def _spec(
+    plan: LaunchPlan, image: str, argv: Sequence[str], storage: Sequence[StorageMount] = ()
+) -> ContainerSpec:
     return ContainerSpec(
         server_key=plan.slug,
         image=image,
@@ -192,7 +214,9 @@ def _spec(plan: LaunchPlan, image: str, argv: Sequence[str]) -> ContainerSpec:
         pids_limit=plan.pids_limit,
         network_mode=plan.network_mode,  # type: ignore[arg-type]
         egress_allowlist=tuple(plan.egress_allowlist),
+        storage=tuple(storage),
         owner=sandbox_owner(),
+        installation=sandbox_installation(),
         runtime_id=f"server-{plan.server_id}",
     )
 
@@ -213,8 +237,10 @@ def _prepare_egress(plan: LaunchPlan) -> None:
         engine.close()
 
 
-async def sandbox_target(plan: LaunchPlan) -> TransportTarget:
-    """A target whose transport runs the server in a fresh hardened container."""
+async def sandbox_target(plan: LaunchPlan, *, isolation_key: str = "") -> TransportTarget:
+    """A target whose transport runs the server in a fresh hardened container. `isolation_key`
+    (shared, team:<id>, conversation:<team>:<hash>; "" for discovery and health checks) says
+    whose storage volumes the session mounts."""
     if plan.network_mode == "proxied":
         # Alongside the image: the session waits for what this has not finished yet.
         threading.Thread(
@@ -226,15 +252,32 @@ async def sandbox_target(plan: LaunchPlan) -> TransportTarget:
         raise McpFailure("spawn", f"The sandbox could not prepare {plan.name}: {exc}") from exc
     await anyio.to_thread.run_sync(functools.partial(_record_image, plan, image))
     try:
-        spec = _spec(plan, image.reference, argv)
+        storage, used = await anyio.to_thread.run_sync(
+            functools.partial(
+                storage_mounts, plan, isolation_key=isolation_key, image=image.reference
+            )
+        )
+    except SandboxError as exc:
+        raise McpFailure("spawn", f"The storage of {plan.name} is not ready: {exc}") from exc
+    try:
+        spec = _spec(plan, image.reference, argv, storage)
     except SandboxSpecError as exc:
         raise McpFailure("spawn", f"The sandbox refuses {plan.name}'s launch spec: {exc}") from exc
     holder: dict[str, Any] = {}
 
+    @contextlib.asynccontextmanager
+    async def with_storage(transport: Any) -> AsyncIterator[Any]:
+        try:
+            async with transport as streams:
+                yield streams
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(storage_after_session, used)
+
     def open_transport() -> Any:
         transport = sandbox_transport(spec)
         holder["transport"] = transport
-        return transport
+        return with_storage(transport) if used else transport
 
     def stderr_tail() -> str:
         transport = holder.get("transport")
@@ -250,6 +293,12 @@ async def sandbox_target(plan: LaunchPlan) -> TransportTarget:
             "digest": image.digest,
             "command": list(argv) or list(image.commands[:1]),  # []: the image's own CMD
             "network": plan.network_mode,
+            **({"dependencies": plan.package_lock.get("digest", "")} if plan.package_lock else {}),
+            **(
+                {"storage": [f"{m.target} ({m.volume or 'scratch tmpfs'})" for m in storage]}
+                if storage
+                else {}
+            ),
             **({"node_version": image.node_version} if image.node_version else {}),
         },
     )

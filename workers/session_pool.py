@@ -1,13 +1,6 @@
 """Pooled sessions to MCP servers keyed by isolation, one owner task per session.
 
-The gateway pools its sessions to Streamable HTTP and SSE servers here; a runtime worker pools
-the per-team and per-conversation sessions of the stdio and sandboxed servers it holds.
-
-A session is keyed by (server, isolation key): `shared`, `team:<id>` or `conversation:<key>`, as
-the server's isolation scope says, so state never crosses that boundary. Its owner task opens it
-with the server's own URL and headers (the agent's token never goes upstream), serves calls from
-a queue (each in a child task of the owner, so a slow call does not hold up the others), closes it
-when idle, and ends when the session dies; the next call opens a new one.
+More: docs/workers.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -21,18 +14,19 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
+import httpx2
 from anyio.abc import TaskGroup
 
-from registry.servers.operations.launch import LaunchPlan
+from registry.servers.jobs.launch import LaunchPlan
 from workers.adapters.mcp_client import (
     Deadlines,
     HttpTarget,
     McpConnection,
     McpFailure,
-    connect,
-    mode_for,
 )
-from workers.launch import target_for
+from workers.adapters.negotiation import connect_negotiated
+from workers.definitions import DefinitionWatch
+from workers.launch import session_mode, target_for
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -40,6 +34,20 @@ T = TypeVar("T")
 CONNECT_DEADLINE = 10.0
 _STOP = object()  # close now: calls in flight are cut off
 _DRAIN = object()  # take no more calls, close once the calls in flight have ended
+
+
+async def until_abandoned(
+    fn: Callable[[McpConnection], Awaitable[T]],
+    connection: McpConnection,
+    future: asyncio.Future[T],
+) -> T:
+    """Run `fn` on the session until the caller stops waiting for `future` (it was cancelled:
+    the client cancelled, or the call's deadline passed); then the request is cancelled, and the
+    SDK tells the server (`notifications/cancelled`, or the 2026-07-28 stream closed)."""
+    with anyio.CancelScope() as scope:
+        future.add_done_callback(lambda done: scope.cancel() if done.cancelled() else None)
+        return await fn(connection)
+    raise McpFailure("closed", "The caller stopped waiting; the request was cancelled.")
 
 
 @dataclass(eq=False)
@@ -59,8 +67,15 @@ def _unsent(failure: McpFailure) -> McpFailure:
 class UpstreamSession:
     """One open session to one server for one isolation key, owned by one task."""
 
-    def __init__(self, pool: UpstreamPool, key: tuple[int, str], plan: LaunchPlan) -> None:
+    def __init__(
+        self,
+        pool: UpstreamPool,
+        key: tuple[int, str],
+        plan: LaunchPlan,
+        auth: httpx2.Auth | None = None,
+    ) -> None:
         self.pool = pool
+        self.auth = auth  # one person's own upstream token (a per-person server's session)
         self.key = key
         self.plan = plan
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -70,10 +85,22 @@ class UpstreamSession:
         self.last_used = time.monotonic()
         self.in_flight = 0
         self.serving: set[_Work] = set()  # the calls taken from the queue, not finished
+        # name -> definition hash of the tools the server listed when this session opened (or
+        # since, told they changed); None: not listed (no watch, or the server would not list).
+        self.listed: dict[str, str] | None = None
 
     @property
     def alive(self) -> bool:
         return not self.finished.is_set()
+
+    def definition_changed(self, tool: str, expected: str) -> bool:
+        """Whether this session's server lists `tool` with another definition than `expected`
+        (the one the call was allowed for): a rug pull seen on this session."""
+        listed = self.listed
+        return listed is not None and listed.get(tool, expected) != expected
+
+    def _listed(self, hashes: dict[str, str]) -> None:
+        self.listed = hashes
 
     async def request(self, fn: Callable[[McpConnection], Awaitable[T]]) -> T:
         """Run `fn` on the session inside its owner task; raises McpFailure if it cannot."""
@@ -90,16 +117,25 @@ class UpstreamSession:
     async def own(self) -> None:
         """Open, serve, close: everything on this one task."""
         try:
-            target = await target_for(self.plan)
+            target = await target_for(self.plan, isolation_key=self.key[1])
             if isinstance(target, HttpTarget) and self.pool.meta_headers:
                 target = dataclasses.replace(target, meta_headers=self.pool.meta_headers)
+            if isinstance(target, HttpTarget) and self.auth is not None:
+                target = dataclasses.replace(target, auth=self.auth)
             deadlines = Deadlines(connect=CONNECT_DEADLINE, call=300.0)
-            async with connect(
+            async with connect_negotiated(
                 target,
                 deadlines=deadlines,
-                mode=mode_for(self.plan.protocol_version),
-                answer_questions=self.pool.answer_questions,
+                mode=session_mode(self.plan),
+                watch_tools=(
+                    self.pool.definitions.listener(self.plan, self.request, self._listed)
+                    if self.pool.definitions is not None
+                    else None
+                ),
             ) as connection:
+                if self.pool.definitions is not None:
+                    # Checked before the first call goes out (docs/security.md, rug pull).
+                    self.listed = await self.pool.definitions.opened(self.key[0], connection)
                 self.ready.set()
                 await self._serve(connection)
         except McpFailure as failure:
@@ -130,7 +166,7 @@ class UpstreamSession:
             work.started = True
             self.in_flight += 1
             try:
-                result = await work.fn(connection)
+                result = await until_abandoned(work.fn, connection, work.future)
             except McpFailure as failure:
                 if not work.future.done():
                     work.future.set_exception(failure)
@@ -171,12 +207,12 @@ class UpstreamPool:
         *,
         idle_seconds: float,
         meta_headers: Mapping[str, str] | None = None,
-        answer_questions: bool = False,
+        definitions: DefinitionWatch | None = None,
     ) -> None:
         self.idle_seconds = idle_seconds
+        # Each session's tools are checked when it opens and when the server says they changed.
+        self.definitions = definitions
         self.meta_headers = dict(meta_headers or {})
-        # Sessions declare elicitation and pass a server's question to its call's asker.
-        self.answer_questions = answer_questions
         self.sessions: dict[tuple[int, str], UpstreamSession] = {}
         self._group: TaskGroup | None = None
 
@@ -190,10 +226,14 @@ class UpstreamPool:
             del self.sessions[session.key]
 
     async def session(
-        self, key: tuple[int, str], plan: Callable[[], Awaitable[LaunchPlan]]
+        self,
+        key: tuple[int, str],
+        plan: Callable[[], Awaitable[LaunchPlan]],
+        auth: httpx2.Auth | None = None,
     ) -> tuple[UpstreamSession, bool]:
         """The live session for `key` (and whether it is new), opened now if there is none, once
-        ready. `plan` loads the server's launch plan, only when a session must be opened.
+        ready. `plan` loads the server's launch plan, only when a session must be opened; `auth`
+        authorizes a new session's every request (a person's key: their own token).
 
         Raises McpFailure when it cannot be opened. The caller bounds the wait with its deadline.
         """
@@ -205,7 +245,7 @@ class UpstreamPool:
             loaded = await plan()
             session = self.sessions.get(key)  # another call may have opened it meanwhile
             if session is None or not session.alive:
-                session = UpstreamSession(self, key, loaded)
+                session = UpstreamSession(self, key, loaded, auth)
                 self.sessions[key] = session
                 fresh = True
                 self._group.start_soon(session.own, name=f"upstream:{loaded.slug}:{key[1]}")

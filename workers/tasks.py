@@ -6,34 +6,33 @@ Task names are the ones the control plane sends (registry/core/task_queue.py).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from django.conf import settings
 from django.db import OperationalError
 
 from registry.core import task_queue
 from registry.gateway.services import tool_calls_prune
-from registry.notifications.services import (
-    WEBHOOK_MAX_RETRIES,
-    WebhookRetryableError,
-    access_request_email_send,
-    webhook_delivery_attempt,
-)
-from registry.servers.operations.discovery import discovery_janitor, discovery_request_stale
-from registry.servers.operations.health import (
+from registry.gateway.usage import usage_rollup, usage_rollup_prune
+from registry.notifications.changes import grants_expiring_notify
+from registry.notifications.services import access_request_email_legacy
+from registry.servers.jobs.discovery import discovery_janitor, discovery_request_stale
+from registry.servers.jobs.health import (
     health_claim_due,
     health_dispatch,
     health_history_prune,
     health_record,
 )
-from registry.servers.operations.runtime import runtime_reconcile_plan
+from registry.servers.jobs.runtime import runtime_reconcile_plan
+from registry.upstream.services import upstream_accounts_prune
 from workers import lifecycle  # noqa: F401 - connects the worker start/stop hooks
 from workers.adapters.sandbox import SandboxError
 from workers.celery import app
 from workers.discovery import run_discovery
 from workers.health import run_health_batch
+from workers.notifications import email_send, notifications_deliver_due, webhook_deliver
 from workers.runtime import current_manager, warm_holder
 from workers.sandbox_pruning import describe_bytes, sandbox_images_prune
+from workers.sandbox_storage import storage_volumes_sweep
 from workers.sandboxing import clean_up_stale_egress
 
 logger = logging.getLogger(__name__)
@@ -137,6 +136,17 @@ def sandbox_egress_clean(servers: list[str] | None = None) -> list[str]:
         return []
 
 
+@app.task(name=task_queue.STORAGE_VOLUMES_SWEEP)
+def storage_volumes_sweep_task() -> dict[str, int]:
+    """Remove the storage volumes admins deleted, whose server is gone, or whose conversation
+    ended without its worker; measure every volume (docs/sandbox.md, "Storage")."""
+    try:
+        return storage_volumes_sweep()
+    except SandboxError as exc:
+        logger.warning("Storage volume sweep skipped: %s", exc.message)
+        return {"removed": 0, "measured": 0}
+
+
 @app.task(name=task_queue.SANDBOX_IMAGES_PRUNE)
 def sandbox_images_prune_task() -> int:
     """Daily: remove the sandbox images no server uses any more; returns the bytes freed."""
@@ -153,36 +163,56 @@ def sandbox_images_prune_task() -> int:
     return report.bytes_freed
 
 
-# SMTP refusals and dropped connections are worth retrying; Django raises them as OSError
-# subclasses (smtplib.SMTPException included).
-@app.task(
-    name=task_queue.ACCESS_REQUEST_EMAIL,
-    autoretry_for=(OSError, *RETRYABLE),
-    retry_backoff=30,
-    retry_backoff_max=3600,
-    retry_jitter=True,
-    max_retries=6,
-)
-def access_request_email(request_id: int, event: str) -> int:
-    return access_request_email_send(request_id=request_id, event=event)
+# Notifications: each task is one attempt at one outbox row (claimed first, so a duplicate
+# message does nothing); retries are rows due again after their backoff, which the beat sweep
+# delivers (registry/notifications/services.py). Nothing waits in the broker for hours.
 
 
-@app.task(
-    bind=True,
-    name=task_queue.WEBHOOK_DELIVER,
-    autoretry_for=(WebhookRetryableError, *RETRYABLE),
-    retry_backoff=15,
-    retry_backoff_max=3600,
-    retry_jitter=True,
-    max_retries=WEBHOOK_MAX_RETRIES,
-)
-def webhook_deliver(self: Any, delivery_id: int) -> str:
-    """One attempt at a webhook delivery; the last allowed attempt records the failure."""
-    final = self.request.retries >= WEBHOOK_MAX_RETRIES
-    return webhook_delivery_attempt(delivery_id=delivery_id, final_attempt=final)
+@app.task(name=task_queue.NOTIFICATION_EMAIL)
+def notification_email(notification_id: int) -> str:
+    return email_send(notification_id)
+
+
+@app.task(name=task_queue.WEBHOOK_DELIVER)
+def webhook_delivery(delivery_id: int) -> str:
+    return webhook_deliver(delivery_id)
+
+
+@app.task(name=task_queue.NOTIFICATIONS_DELIVER_DUE)
+def notifications_deliver_due_task() -> dict[str, int]:
+    """Beat, every 15 s: deliver the e-mails and webhooks that are due."""
+    return notifications_deliver_due()
+
+
+@app.task(name=task_queue.GRANTS_EXPIRING_NOTIFY)
+def grants_expiring_notify_task() -> int:
+    """Beat, hourly: tell team owners about access that ends within 14 days (once per end)."""
+    return grants_expiring_notify()
+
+
+@app.task(name=task_queue.UPSTREAM_ACCOUNTS_PRUNE)
+def upstream_accounts_prune_task() -> int:
+    """Beat, hourly: remove the upstream links of people whose teams' grants on the server all
+    ended by expiring (no signal fires when time runs out); how many went."""
+    return upstream_accounts_prune(reason="the grants that held it expired")
+
+
+@app.task(name=task_queue.ACCESS_REQUEST_EMAIL)
+def access_request_email(request_id: int, event: str) -> str:
+    """A message sent by a version before the outbox: sent through the outbox."""
+    return access_request_email_legacy(request_id=request_id, event=event)
 
 
 @app.task(name=task_queue.GATEWAY_CALLS_PRUNE)
 def prune_gateway_calls() -> int:
     """Delete call records older than TOOLROOM_GATEWAY_CALL_RETENTION_DAYS."""
     return tool_calls_prune(keep_days=settings.TOOLROOM_GATEWAY_CALL_RETENTION_DAYS)
+
+
+@app.task(name=task_queue.GATEWAY_USAGE_ROLLUP, autoretry_for=RETRYABLE, max_retries=3)
+def gateway_usage_rollup() -> dict[str, int]:
+    """Beat, every 5 minutes: roll call records up by hour (the usage dashboard's data), catching
+    up after downtime; drop rollup rows older than TOOLROOM_GATEWAY_USAGE_RETENTION_DAYS."""
+    done = usage_rollup()
+    done["pruned"] = usage_rollup_prune(keep_days=settings.TOOLROOM_GATEWAY_USAGE_RETENTION_DAYS)
+    return done

@@ -83,12 +83,12 @@ async def _raw_session(argv: list[str], *, everything: bool) -> dict[str, float]
 
 def _registry_discovery(server: Any) -> dict[str, float]:
     """The worker's path, step by step (as workers.discovery.run_discovery runs it)."""
-    from registry.servers.operations.discovery import (
+    from registry.servers.jobs.discovery import (
         discovery_claim,
         discovery_record,
         discovery_request,
     )
-    from registry.servers.operations.launch import server_launch_plan
+    from registry.servers.jobs.launch import server_launch_plan
     from workers.discovery import discover_plan
 
     t0 = time.perf_counter()

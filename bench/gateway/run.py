@@ -117,13 +117,13 @@ def setup_world(http_url: str, stdio_argv: list[str], sandbox_image: str | None)
     """Servers discovered and approved, a team granted them, an agent token (printed once)."""
     from registry.gateway.services import server_gateway_policy_set  # noqa: PLC0415
     from registry.servers import services as servers  # noqa: PLC0415
-    from registry.servers.models import Tool  # noqa: PLC0415
-    from registry.servers.operations.discovery import (  # noqa: PLC0415
+    from registry.servers.jobs.discovery import (  # noqa: PLC0415
         discovery_claim,
         discovery_record,
         discovery_request,
     )
-    from registry.servers.operations.launch import server_launch_plan  # noqa: PLC0415
+    from registry.servers.jobs.launch import server_launch_plan  # noqa: PLC0415
+    from registry.servers.models import Tool  # noqa: PLC0415
     from registry.teams.services import (  # noqa: PLC0415
         agent_token_create,
         grant_create,
@@ -352,8 +352,8 @@ async def _measure(open_client: Any, sessions: int, calls: int) -> list[float]:
 def cold_calls(kind: str, open_client: Any, count: int) -> list[float]:
     """Stop the kind's runtime (a command to the runtime worker that holds it), wait until it
     is stopped, call it through the gateway (a start on demand); `count` times."""
+    from registry.servers.jobs.runtime import runtime_request  # noqa: PLC0415
     from registry.servers.models import McpServer, RuntimeState, ServerStatus  # noqa: PLC0415
-    from registry.servers.operations.runtime import runtime_request  # noqa: PLC0415
 
     server = McpServer.objects.get(slug=TOOLS[kind].partition("__")[0])
     found = []

@@ -188,13 +188,13 @@ def record_negotiated_protocol(first: Any) -> None:
     """In production every server is discovered before it is checked, and checks reuse the
     protocol version discovery negotiated. Discover the first server through the real path;
     the others are the same server by construction, so they get the same version."""
-    from registry.servers.models import ServerStatus
-    from registry.servers.operations.discovery import (
+    from registry.servers.jobs.discovery import (
         discovery_claim,
         discovery_record,
         discovery_request,
     )
-    from registry.servers.operations.launch import server_launch_plan
+    from registry.servers.jobs.launch import server_launch_plan
+    from registry.servers.models import ServerStatus
     from workers.discovery import discover_plan
 
     run = discovery_request(server=first, actor="bench", trigger="bench")
@@ -372,8 +372,8 @@ INCLUSIVE = [
     ("    of which TCP connect + network guard", "connect_tcp (workers/adapters/mcp_client.py"),
     ("  SDK Streamable HTTP transport tasks", "mcp/client/streamable_http.py"),
     ("  httpcore2 requests (HTTP/1.1 over sockets)", "httpcore2/_async"),
-    ("  health_record (database writes)", "health_record (registry/servers/operations/health.py"),
-    ("  launch plans", "server_launch_plan (registry/servers/operations/launch.py"),
+    ("  health_record (database writes)", "health_record (registry/servers/jobs/health.py"),
+    ("  launch plans", "server_launch_plan (registry/servers/jobs/launch.py"),
     ("  Fernet decryption of env/headers", "decrypt_text (registry/core/secret_fields.py"),
     ("  Django ORM (any)", "django/db/"),
     ("health_sweep task (claim + dispatch)", "health_sweep (workers/tasks.py"),

@@ -9,7 +9,7 @@ ever found kept.
 from __future__ import annotations
 
 from registry import asgi
-from registry.catalogue import fastpath
+from registry.api import fastpath
 
 
 def _nothing_kept(**_: object) -> None:

@@ -327,7 +327,7 @@ def _wrk(token: str, paths: Path, *, seconds: int) -> dict[str, Any]:
 
 
 def write_top5(results: dict[str, dict[str, Any]]) -> None:
-    """The agreement test's reference (tests/test_search_labelled_set.py), written only when
+    """The agreement test's reference (tests/search/test_search_labelled_set.py), written only when
     both databases gave every task the same top 5, in order."""
     from tests.search_corpus import DATA, tasks  # noqa: PLC0415
 

@@ -1,4 +1,5 @@
-"""The API's JSON parser: a body nested too deeply is a 400 in the API's error shape, not a 500."""
+"""The API's JSON parser: a body nested too deeply, or holding a lone UTF-16 surrogate, is a 400 in
+the API's error shape, not a 500."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import IO, Any
 
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
+
+from registry.core.json_input import LONE_SURROGATE_MESSAGE, json_has_lone_surrogate
 
 
 class BoundedJSONParser(JSONParser):
@@ -17,6 +20,9 @@ class BoundedJSONParser(JSONParser):
         parser_context: Mapping[str, Any] | None = None,
     ) -> Any:
         try:
-            return super().parse(stream, media_type, parser_context)
+            data = super().parse(stream, media_type, parser_context)
         except RecursionError as exc:
             raise ParseError("JSON parse error - the body is nested too deeply.") from exc
+        if json_has_lone_surrogate(data):
+            raise ParseError(f"JSON parse error - {LONE_SURROGATE_MESSAGE}")
+        return data

@@ -13,8 +13,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from registry.catalogue.formats import CLIENT_CONFIGS, TOOL_FORMATS
-from registry.catalogue.search import DEFAULT_SEARCH_LIMIT, MAX_QUERY_LENGTH, MAX_SEARCH_LIMIT
+from registry.catalogue.client_configs import CLIENT_CHOICES_MESSAGE, CLIENT_CONFIGS
 from registry.servers.models import McpServer, ReviewStatus, Tool
 from registry.teams.models import (
     AccessRequest,
@@ -33,7 +32,7 @@ from registry.teams.services import access_request_waiting_for
 # --- Query parameters ---------------------------------------------------------------------------
 
 
-class StrictInputSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class StrictInputSerializer(serializers.Serializer[Any]):
     """A request body whose unknown keys are a 400: a misspelt key (`Required` for `required`)
     must not be dropped silently and turn the request into something else (an erase)."""
 
@@ -48,49 +47,29 @@ class StrictInputSerializer(serializers.Serializer):  # type: ignore[type-arg]
         return super().to_internal_value(data)
 
 
-class CatalogueQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
-    format = serializers.ChoiceField(choices=TOOL_FORMATS, default="native")
-    category = serializers.SlugField(required=False, max_length=60)
-    q = serializers.CharField(
-        required=False,
-        max_length=MAX_QUERY_LENGTH,
-        help_text="Search: only the tools matching these words, best first.",
-    )
-    limit = serializers.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=MAX_SEARCH_LIMIT,
-        help_text=f"With q: at most this many tools (default {DEFAULT_SEARCH_LIMIT}).",
+class ClientConfigQuerySerializer(serializers.Serializer[Any]):
+    client = serializers.ChoiceField(
+        choices=CLIENT_CONFIGS,
+        default="claude-code",
+        error_messages={"invalid_choice": CLIENT_CHOICES_MESSAGE},
     )
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        # DRF reads an empty query parameter as absent: `?q=` would be the whole catalogue.
-        if "q" in self.initial_data and not attrs.get("q", "").strip():
-            raise serializers.ValidationError({"q": "Give the words to search for."})
-        if "limit" in attrs and "q" not in attrs:
-            raise serializers.ValidationError({"limit": "limit applies to a search: give q too."})
-        return attrs
 
-
-class ClientConfigQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
-    client = serializers.ChoiceField(choices=CLIENT_CONFIGS, default="claude")
-
-
-class OfficialListQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class OfficialListQuerySerializer(serializers.Serializer[Any]):
     cursor = serializers.CharField(required=False, max_length=200)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=100, default=30)
     search = serializers.CharField(required=False, max_length=200)
     version = serializers.CharField(required=False, max_length=255)
 
 
-class BrowseQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class BrowseQuerySerializer(serializers.Serializer[Any]):
     category = serializers.SlugField(required=False, max_length=60)
 
 
 # --- Teams --------------------------------------------------------------------------------------
 
 
-class RoleSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class RoleSerializer(serializers.ModelSerializer[TeamRole]):
     permission_classes = serializers.ListField(child=serializers.CharField(), read_only=True)
 
     class Meta:
@@ -98,7 +77,7 @@ class RoleSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = ["name", "description", "permission_classes"]
 
 
-class MemberSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class MemberSerializer(serializers.ModelSerializer[Membership]):
     username = serializers.CharField(source="user.username", read_only=True)
 
     class Meta:
@@ -106,7 +85,7 @@ class MemberSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = ["username", "level"]
 
 
-class TeamSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class TeamSerializer(serializers.ModelSerializer[Team]):
     roles = RoleSerializer(many=True, read_only=True)
     members = MemberSerializer(source="memberships", many=True, read_only=True)
 
@@ -118,7 +97,7 @@ class TeamSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 # --- Browsing the registry ----------------------------------------------------------------------
 
 
-class BrowseToolSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class BrowseToolSerializer(serializers.ModelSerializer[Tool]):
     approved = serializers.BooleanField(source="is_approved", read_only=True)
     description = serializers.SerializerMethodField()
 
@@ -131,12 +110,12 @@ class BrowseToolSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
         return tool.description if tool.is_approved else ""
 
 
-class CategorySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class CategorySerializer(serializers.Serializer[Any]):
     slug = serializers.CharField()
     name = serializers.CharField()
 
 
-class BrowseServerSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class BrowseServerSerializer(serializers.ModelSerializer[McpServer]):
     category = CategorySerializer(allow_null=True, read_only=True)
     health = serializers.SerializerMethodField()
     tools = BrowseToolSerializer(source="live_tools", many=True, read_only=True)
@@ -163,7 +142,7 @@ class BrowseServerSerializer(serializers.ModelSerializer):  # type: ignore[type-
 # --- Grants -------------------------------------------------------------------------------------
 
 
-class GrantSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class GrantSerializer(serializers.ModelSerializer[Grant]):
     team = serializers.CharField(source="team.slug", read_only=True)
     server = serializers.CharField(source="server.slug", read_only=True)
     tool = serializers.CharField(source="tool.name", read_only=True, allow_null=True)
@@ -178,7 +157,7 @@ class GrantSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 # --- Access requests ----------------------------------------------------------------------------
 
 
-class AccessRequestSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class AccessRequestSerializer(serializers.ModelSerializer[AccessRequest]):
     team = serializers.CharField(source="team.slug", read_only=True)
     server = serializers.CharField(source="server.slug", read_only=True)
     tool = serializers.CharField(source="tool.name", read_only=True, allow_null=True)
@@ -214,7 +193,7 @@ _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,80}$")
 
 
 @extend_schema_field(OpenApiTypes.STR)
-class _SlugField(serializers.SlugRelatedField):  # type: ignore[type-arg]
+class _SlugField(serializers.SlugRelatedField[Any]):
     """A slug resolved to a row; something that is no slug at all is answered like a missing row
     (and never reaches the database, which may refuse some characters outright)."""
 
@@ -276,7 +255,7 @@ class DeclaredServersSerializer(StrictInputSerializer):
     )
 
 
-class AgentTokenSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class AgentTokenSerializer(serializers.ModelSerializer[AgentToken]):
     team = serializers.CharField(source="team.slug", read_only=True)
     role = serializers.CharField(source="role.name", read_only=True)
     usable = serializers.BooleanField(source="is_usable", read_only=True)
@@ -339,6 +318,19 @@ class AgentTokenToolExposureSerializer(StrictInputSerializer):
 
 class TeamToolExposureSerializer(StrictInputSerializer):
     tool_exposure = serializers.ChoiceField(choices=ToolExposure.choices)
+
+
+class PrivateDataResetSerializer(StrictInputSerializer):
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+
+class PrivateDataResetResultSerializer(serializers.Serializer[Any]):
+    team = serializers.CharField()
+    cleared = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="Each mark cleared (team:<id>:token|authorization|person:<id>) and the server "
+        "whose confidential data it followed.",
+    )
 
 
 class RevokeSerializer(StrictInputSerializer):

@@ -19,11 +19,11 @@ from registry.api.permissions import IsPerson
 from registry.teams.models import Team, TeamAction, teams_for_user
 
 
-class TeamFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class TeamFilterSerializer(serializers.Serializer[Any]):
     team = serializers.SlugField(required=False, max_length=60)
 
 
-class TeamScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
+class TeamScopedViewSet(viewsets.GenericViewSet[Any]):
     permission_classes = [IsPerson]
     pagination_class = TeamListPagination
     lookup_value_regex = r"[0-9]+"

@@ -7,10 +7,22 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from registry.audit.models import AuditEvent
+from registry.core.admin_export import CSV_CHANGE_LIST_TEMPLATE, CsvExportMixin
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin[AuditEvent]):
+class AuditEventAdmin(CsvExportMixin, admin.ModelAdmin[AuditEvent]):
+    change_list_template = CSV_CHANGE_LIST_TEMPLATE
+    csv_columns = [
+        ("created_at", "created_at"),
+        ("actor", "actor_label"),
+        ("action", "action"),
+        ("target_type", "target_type"),
+        ("target_id", "target_id"),
+        ("target", "target_repr"),
+        ("server", lambda event: event.server.slug if event.server else ""),
+        ("summary", "summary"),
+    ]
     # Short columns, so the summary (what happened, in words) keeps its room at 1366 px.
     list_display = ["when", "who", "action", "target", "summary"]
     list_filter = ["action", "target_type"]

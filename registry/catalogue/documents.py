@@ -19,7 +19,7 @@ from django.utils.http import parse_etags
 
 from registry.catalogue.versions import CatalogueState
 from registry.core.cache import catalogue_cache
-from registry.teams.tokens import AgentIdentity
+from registry.teams.callers import Caller, PersonIdentity
 
 
 @dataclass(frozen=True)
@@ -29,17 +29,30 @@ class CatalogueDocument:
     from_cache: bool
 
 
-def declarations_digest(identity: AgentIdentity) -> str:
+def declarations_digest(identity: Caller) -> str:
     if not identity.declared_servers:
         return ""
     canonical = json.dumps(identity.declared_servers, sort_keys=True, separators=(",", ":"))
     return f"{identity.token_id}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
 
 
-def tools_variant(*, fmt: str, category: str | None, identity: AgentIdentity) -> str:
+def accounts_digest(identity: Caller) -> str:
+    """What a per-person tool's account mark depends on (registry/catalogue/formats.py,
+    `upstream_mark`): an agent, or a person's linked and broken accounts (read at the team's
+    version with their token). People with the same accounts share documents."""
+    if not isinstance(identity, PersonIdentity):
+        return "agent"
+    if not identity.upstream_accounts:
+        return "person"
+    canonical = json.dumps(sorted(identity.upstream_accounts.items()), separators=(",", ":"))
+    return f"person:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+
+
+def tools_variant(*, fmt: str, category: str | None, identity: Caller) -> str:
     """What, besides the version, tells one tools document from another."""
     declared = declarations_digest(identity) if fmt == "native" else ""
-    return f"tools|{fmt}|{category or ''}|{declared}"
+    accounts = accounts_digest(identity) if fmt in ("native", "mcp") else ""
+    return f"tools|{fmt}|{category or ''}|{declared}|{accounts}"
 
 
 def etag_matches(held: str, etag: str) -> bool:
@@ -53,7 +66,7 @@ def document_key(etag: str) -> str:
     return f"catalogue-doc:{etag.strip(chr(34))}"
 
 
-def catalogue_etag(*, identity: AgentIdentity, state: CatalogueState, variant: str) -> str:
+def catalogue_etag(*, identity: Caller, state: CatalogueState, variant: str) -> str:
     """A strong ETag for this agent's view of the catalogue at this version."""
     material = "|".join(
         [

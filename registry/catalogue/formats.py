@@ -1,5 +1,5 @@
-"""The catalogue in the shapes agents and clients read: native, MCP `tools/list`, OpenAI, Anthropic,
-client configs (Claude `mcpServers`, VS Code `servers`) and the official MCP registry's server list.
+"""The catalogue in the shapes agents and clients read: native, MCP `tools/list`, OpenAI, Anthropic
+and the official MCP registry's server list (each client's `mcp.json` is `client_configs`).
 
 Each function takes a built `Catalogue` and returns plain JSON-ready data; nothing here reads the
 database.
@@ -12,18 +12,40 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.urls import reverse
 
 from registry.catalogue.selectors import Catalogue, CatalogueServer, CatalogueTool, Preflight
+from registry.teams.callers import Caller, PersonIdentity
 
 TOOL_FORMATS = ("native", "mcp", "openai", "anthropic")
-CLIENT_CONFIGS = ("claude", "vscode")
 OFFICIAL_SERVER_SCHEMA = (
     "https://static.modelcontextprotocol.io/schemas/2025-12-11/server.schema.json"
 )
 OFFICIAL_META = "io.modelcontextprotocol.registry/official"
 TOOLROOM_META = "toolroom/catalogue"
-TOKEN_ENV = "TOOLROOM_AGENT_TOKEN"  # noqa: S105 (a variable name)
 EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+PER_PERSON = frozenset({"person_oauth", "person_secret"})  # registry.servers.models.UpstreamAuth
+
+
+def account_page_url() -> str:
+    """The portal's Connected accounts page, where a person links or enters their account."""
+    return settings.TOOLROOM_PUBLIC_URL.rstrip("/") + reverse("portal:upstream-accounts")
+
+
+def upstream_mark(mode: str, server_slug: str, caller: Caller | None) -> dict[str, str] | None:
+    """A per-person tool's "needs your account" mark for this caller: `linked`, `not_linked`,
+    `broken` (re-link, or enter a new secret) or `needs_person` (an agent token cannot call it),
+    and where to link. None for a shared server, or when the caller is not known."""
+    if caller is None or mode not in PER_PERSON:
+        return None
+    if isinstance(caller, PersonIdentity):
+        state = caller.upstream_accounts.get(server_slug, "")
+        state = state if state in ("linked", "broken") else "not_linked"
+    else:
+        state = "needs_person"
+    return {"mode": mode, "state": state, "url": account_page_url()}
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -64,8 +86,9 @@ def server_entry_native(server: CatalogueServer) -> dict[str, Any]:
     }
 
 
-def tool_entry_native(tool: CatalogueTool) -> dict[str, Any]:
-    return {
+def tool_entry_native(tool: CatalogueTool, caller: Caller | None = None) -> dict[str, Any]:
+    """`caller`: whose account marks a per-person tool carries (none: no mark)."""
+    entry = {
         "name": tool.name,
         "server": tool.server_slug,
         "tool": tool.tool_name,
@@ -76,10 +99,19 @@ def tool_entry_native(tool: CatalogueTool) -> dict[str, Any]:
         "annotations": tool.annotations,
         "permissionClass": tool.permission_class,
         "definitionHash": tool.definition_hash,
+        # Listed, but the gateway cannot call it (the reason), e.g. a task-only tool; else null.
+        "notCallableThroughGateway": tool.not_callable_reason,
         "serverHealth": tool.server_health,
         "unhealthy": tool.unhealthy,
         "accessExpiresAt": _iso(tool.access_expires_at),
+        # The gateway's deadline for a call, and how far the server's progress may extend it.
+        "callDeadlineSeconds": tool.call_deadline_seconds,
+        "maxCallSeconds": tool.max_call_seconds,
     }
+    mark = upstream_mark(tool.upstream_auth, tool.server_slug, caller)
+    if mark is not None:
+        entry["upstreamAccount"] = mark
+    return entry
 
 
 def preflight_data(preflight: Preflight) -> dict[str, Any]:
@@ -93,7 +125,11 @@ def preflight_data(preflight: Preflight) -> dict[str, Any]:
 
 
 def render_native(
-    catalogue: Catalogue, *, version: int, preflight: Preflight | None = None
+    catalogue: Catalogue,
+    *,
+    version: int,
+    preflight: Preflight | None = None,
+    caller: Caller | None = None,
 ) -> dict[str, Any]:
     document: dict[str, Any] = {
         "team": {"slug": catalogue.team_slug, "name": catalogue.team_name},
@@ -101,15 +137,16 @@ def render_native(
         "version": version,
         "generatedAt": _iso(catalogue.generated_at),
         "servers": [server_entry_native(server) for server in catalogue.servers],
-        "tools": [tool_entry_native(tool) for tool in catalogue.tools],
+        "tools": [tool_entry_native(tool, caller) for tool in catalogue.tools],
     }
     if preflight is not None:
         document["preflight"] = preflight_data(preflight)
     return document
 
 
-def tool_entry_mcp(tool: CatalogueTool) -> dict[str, Any]:
-    """One tool of a `tools/list` result; `_meta` says which server and tool a name stands for."""
+def tool_entry_mcp(tool: CatalogueTool, caller: Caller | None = None) -> dict[str, Any]:
+    """One tool of a `tools/list` result; `_meta` says which server and tool a name stands for
+    (and, for a per-person tool and a known caller, the caller's account mark)."""
     entry: dict[str, Any] = {
         "name": tool.name,
         "description": tool.description,
@@ -121,13 +158,15 @@ def tool_entry_mcp(tool: CatalogueTool) -> dict[str, Any]:
         entry["outputSchema"] = tool.output_schema
     if tool.annotations:
         entry["annotations"] = tool.annotations
-    entry["_meta"] = {
-        TOOLROOM_META: {
-            "server": tool.server_slug,
-            "tool": tool.tool_name,
-            "serverHealth": tool.server_health,
-        }
+    inner: dict[str, Any] = {
+        "server": tool.server_slug,
+        "tool": tool.tool_name,
+        "serverHealth": tool.server_health,
     }
+    mark = upstream_mark(tool.upstream_auth, tool.server_slug, caller)
+    if mark is not None:
+        inner["upstreamAccount"] = mark
+    entry["_meta"] = {TOOLROOM_META: inner}
     return entry
 
 
@@ -150,9 +189,9 @@ def tool_entry_anthropic(tool: CatalogueTool) -> dict[str, Any]:
     }
 
 
-def render_mcp(catalogue: Catalogue) -> dict[str, Any]:
+def render_mcp(catalogue: Catalogue, caller: Caller | None = None) -> dict[str, Any]:
     """A `tools/list` result."""
-    return {"tools": [tool_entry_mcp(tool) for tool in catalogue.tools]}
+    return {"tools": [tool_entry_mcp(tool, caller) for tool in catalogue.tools]}
 
 
 def render_openai(catalogue: Catalogue) -> dict[str, Any]:
@@ -166,49 +205,21 @@ def render_anthropic(catalogue: Catalogue) -> dict[str, Any]:
 
 
 def render_tools(
-    fmt: str, catalogue: Catalogue, *, version: int, preflight: Preflight | None
+    fmt: str,
+    catalogue: Catalogue,
+    *,
+    version: int,
+    preflight: Preflight | None,
+    caller: Caller | None = None,
 ) -> dict[str, Any]:
+    """`caller`: whose account marks per-person tools carry (native and MCP; none: no mark)."""
     if fmt == "mcp":
-        return render_mcp(catalogue)
+        return render_mcp(catalogue, caller)
     if fmt == "openai":
         return render_openai(catalogue)
     if fmt == "anthropic":
         return render_anthropic(catalogue)
-    return render_native(catalogue, version=version, preflight=preflight)
-
-
-def render_client_config(catalogue: Catalogue, *, client: str, public_url: str) -> dict[str, Any]:
-    """A client configuration with one entry: the team's endpoint on the gateway, which serves
-    every tool of the catalogue under its namespaced name. The token stays out of the file."""
-    name = f"toolroom-{catalogue.team_slug}"
-    url = gateway_url(public_url)
-    if client == "vscode":
-        return {
-            "inputs": [
-                {
-                    "type": "promptString",
-                    "id": "toolroom-token",
-                    "description": f"Toolroom agent token of the team {catalogue.team_name}",
-                    "password": True,
-                }
-            ],
-            "servers": {
-                name: {
-                    "type": "http",
-                    "url": url,
-                    "headers": {"Authorization": "Bearer ${input:toolroom-token}"},
-                }
-            },
-        }
-    return {
-        "mcpServers": {
-            name: {
-                "type": "http",
-                "url": url,
-                "headers": {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"},
-            }
-        }
-    }
+    return render_native(catalogue, version=version, preflight=preflight, caller=caller)
 
 
 def registry_namespace(public_url: str, configured: str = "") -> str:

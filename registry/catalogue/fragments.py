@@ -1,32 +1,16 @@
 """Catalogue documents built from per-tool JSON fragments, each rendered once and kept in memory.
 
-An uncached catalogue of 1,000 tools used to cost 1,000 x (three JSON columns decoded, a dataclass,
-a dict per format, every schema encoded again). Here the visibility rule's query
-(`visible_tool_rows`) returns, besides what the document shows per server, each tool's server
-slug, name and row version, and the encoded fragment of a tool is looked up by the format and
-those. Only a tool never seen in that exact version is read in full (its JSON columns as the text
-the database holds, in a second query for all such tools), decoded and rendered (by the very
-functions of `registry.catalogue.formats`); the few parts that change without the tool changing
-(server health, when the team's access ends) are written per request. The row version is
-PostgreSQL's `xmin` outside a transaction (a committed write of the row always changes it), else
-the fragment's inputs themselves (title, description, permission class, definition hash, the
-JSON texts); either way a stale fragment cannot be served, whatever wrote the row.
-
-The bytes equal `json.dumps(render_tools(...), ensure_ascii=False, separators=(",", ":"))` for
-every format; `tests/test_catalogue_fragments.py` compares them. Memory: at most
-`FRAGMENTS_KEPT` fragments per process (a few KB each), then the oldest go.
+More: docs/catalogue.md, "Module notes".
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.db import connection
 from django.db.models import F, TextField
@@ -41,16 +25,21 @@ from registry.catalogue.formats import (
     tool_entry_mcp,
     tool_entry_native,
     tool_entry_openai,
+    upstream_mark,
 )
 from registry.catalogue.naming import namespaced_tool_name
 from registry.catalogue.selectors import (
     Catalogue,
     CatalogueServer,
     CatalogueTool,
+    call_deadlines,
     catalogue_preflight,
     visible_tool_rows,
 )
+from registry.core.process_cache import VersionedCache
 from registry.servers.models import Health, Tool
+from registry.servers.tool_definitions import TASK_SUPPORT
+from registry.teams.callers import Caller
 
 FRAGMENTS_KEPT = 50_000
 
@@ -63,6 +52,9 @@ _FIELDS = (
     "server__category__slug",
     "server__category__name",
     "server__status__health",
+    "server__gateway_policy__call_deadline_seconds",
+    "server__gateway_policy__max_call_seconds",
+    "server__upstream_auth",
     # From here to the row's end (the tool row's version comes last): what a fragment is made
     # of, its key in the store (with the format) as one slice of the row.
     "server__slug",
@@ -80,6 +72,7 @@ _RAW_JSON = {
     "input_schema_text": Cast("input_schema", TextField()),
     "output_schema_text": Cast("output_schema", TextField()),
     "annotations_text": Cast("annotations", TextField()),
+    "task_support_text": TASK_SUPPORT,
 }
 # The tool row's version, in the key of its fragments. PostgreSQL, outside a transaction: the
 # row's `xmin`, the transaction that wrote the version read, so every committed write of the row
@@ -100,7 +93,13 @@ def _row_version() -> dict[str, Any]:
 
 
 # The native entry's last keys, written per request (they change without the tool changing).
-_NATIVE_DYNAMIC = ("serverHealth", "unhealthy", "accessExpiresAt")
+_NATIVE_DYNAMIC = (
+    "serverHealth",
+    "unhealthy",
+    "accessExpiresAt",
+    "callDeadlineSeconds",
+    "maxCallSeconds",
+)
 
 
 def _dumps(value: Any) -> str:
@@ -112,27 +111,24 @@ def _iso(moment: datetime | None) -> str | None:
 
 
 class FragmentStore:
-    """Encoded tool fragments by what they are made of, at most `limit` (oldest dropped first)."""
+    """Encoded tool fragments by what they are made of, at most `limit` (least recently used
+    dropped first)."""
 
     def __init__(self, limit: int = FRAGMENTS_KEPT) -> None:
-        self.limit = limit
-        self._fragments: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+        self._fragments: VersionedCache[tuple[Any, ...], str] = VersionedCache(
+            "tool fragments", limit=limit
+        )
         self.rendered = 0  # how many were made (not found): for tests and curiosity
-        self._lock = threading.Lock()  # Django's requests run in threads of their own
 
     def find(self, key: tuple[Any, ...]) -> str | None:
         return self._fragments.get(key)
 
-    def keep(self, key: tuple[Any, ...], fragment: str) -> str:
-        with self._lock:
-            self.rendered += 1
-            self._fragments[key] = fragment
-            while len(self._fragments) > self.limit:
-                self._fragments.popitem(last=False)
-        return fragment
+    def find_many(self, keys: list[tuple[Any, ...]]) -> list[str | None]:
+        return self._fragments.get_many(keys)
 
-    def clear(self) -> None:
-        self._fragments.clear()
+    def keep(self, key: tuple[Any, ...], fragment: str) -> str:
+        self.rendered += 1
+        return self._fragments.put(key, fragment)
 
 
 fragments = FragmentStore()
@@ -157,6 +153,7 @@ def _tool(row: dict[str, Any], name: str, health: str) -> CatalogueTool:
         definition_hash=row["definition_hash"],
         server_health=health,
         access_expires_at=None,
+        task_support=row["task_support_text"] or "",
     )
 
 
@@ -165,7 +162,7 @@ def _static_part(fmt: str, tool: CatalogueTool) -> str:
     Anthropic)."""
     if fmt == "native":
         entry = tool_entry_native(tool)
-        assert tuple(entry)[-3:] == _NATIVE_DYNAMIC  # noqa: S101 (the shape this relies on)
+        assert tuple(entry)[-len(_NATIVE_DYNAMIC) :] == _NATIVE_DYNAMIC  # noqa: S101 (its shape)
         for key in _NATIVE_DYNAMIC:
             del entry[key]
         return _dumps(entry)[:-1] + ',"serverHealth":'
@@ -184,6 +181,10 @@ def _static_part(fmt: str, tool: CatalogueTool) -> str:
     return _dumps(tool_entry_anthropic(tool))
 
 
+def _all_found(statics: list[str | None]) -> TypeGuard[list[str]]:
+    return None not in statics
+
+
 def _render_missing(
     fmt: str,
     named: list[tuple[str, Sequence[Any]]],
@@ -193,7 +194,7 @@ def _render_missing(
     column: dict[str, int],
     row_version: dict[str, Any],
     store: FragmentStore,
-) -> tuple[list[tuple[str, Sequence[Any]]], list[tuple[Any, ...]], list[str | None]]:
+) -> tuple[list[tuple[str, Sequence[Any]]], list[tuple[Any, ...]], list[str]]:
     """Render (and keep) the fragments `statics` lacks, from one query for those tools' details
     (one per 999 of them on SQLite).
 
@@ -226,10 +227,11 @@ def _render_missing(
         if seen == tuple(by_name[version] for version in version_names):
             store.keep(keys[place], static)
         statics[place] = static
-    if not missing:
+    if not missing and _all_found(statics):
         return named, keys, statics
-    kept = [place for place in range(len(named)) if statics[place] is not None]
-    return [named[p] for p in kept], [keys[p] for p in kept], [statics[p] for p in kept]
+    kept = [place for place, static in enumerate(statics) if static is not None]
+    rendered = [static for static in statics if static is not None]
+    return [named[p] for p in kept], [keys[p] for p in kept], rendered
 
 
 def tools_document_body(
@@ -242,9 +244,11 @@ def tools_document_body(
     declared_servers: Mapping[str, list[str]] | None = None,
     at: datetime | None = None,
     store: FragmentStore = fragments,
+    caller: Caller | None = None,
 ) -> bytes:
     """The encoded tools document of a format for a team's agent of a role, now (the pre-flight
-    of `declared_servers` in the native format). Raises `UnknownRole` like `catalogue_for_agent`."""
+    of `declared_servers` in the native format; `caller`'s account marks on per-person tools in
+    the native and MCP formats). Raises `UnknownRole` like `catalogue_for_agent`."""
     row_version = _row_version()
     visible = visible_tool_rows(
         team_id=team_id, role_id=role_id, category=category, at=at, fields=_FIELDS, **row_version
@@ -258,23 +262,38 @@ def tools_document_body(
         column["name"],
     )
     health_at = column["server__status__health"]
+    deadline_at = column["server__gateway_policy__call_deadline_seconds"]
+    maximum_at = column["server__gateway_policy__max_call_seconds"]
     assert tuple(column)[_KEY_FROM:] == (*_FIELDS[_KEY_FROM:], *row_version)  # noqa: S101
     named = sorted(
         ((_namespaced_tool_name(row[slug_at], row[name_at]), row) for row in rows),
         key=itemgetter(0),
     )
-    find = store.find
     # The tool's id too: rows written by one transaction share their `xmin`, so two servers'
     # same-named tools could otherwise meet under one key after their slugs were swapped.
     keys = [(fmt, row[pk], *row[_KEY_FROM:]) for _, row in named]
-    statics = [find(key) for key in keys]
-    if None in statics:  # tools new in this shape: read, rendered and kept
+    found = store.find_many(keys)
+    if _all_found(found):
+        statics = found
+    else:  # tools new in this shape: read, rendered and kept
         named, keys, statics = _render_missing(
-            fmt, named, keys, statics, column=column, row_version=row_version, store=store
+            fmt, named, keys, found, column=column, row_version=row_version, store=store
         )
         if len(named) != len(rows):  # a tool deleted between the two queries is left out
             rows = [row for _, row in named]
-    # Native: health and expiry, encoded; by server while no grant names a tool alone.
+    # Native: health and expiry, encoded; by server while no grant names a tool alone. A
+    # per-person server's tools end with the caller's account mark (by server too).
+    mode_at = column["server__upstream_auth"]
+    marks: dict[int, str] = {}
+
+    def mark_of(row: Sequence[Any]) -> str:
+        server_id = row[server_id_at]
+        found = marks.get(server_id)
+        if found is None:
+            mark = upstream_mark(row[mode_at] or "shared", row[slug_at], caller)
+            found = marks[server_id] = "" if mark is None else f',"upstreamAccount":{_dumps(mark)}'
+        return found
+
     tails: dict[Any, str] = {}
     by_server = not visible.tool_expiry
     parts: list[str] = []
@@ -287,16 +306,19 @@ def tools_document_body(
             if tail is None:
                 health = row[health_at] or Health.UNKNOWN
                 expiry = visible.access_expires_at(server_id, row[pk])
+                deadline, maximum = call_deadlines(row[deadline_at], row[maximum_at])
                 tail = tails[tail_key] = (
                     f'{_dumps(health)},"unhealthy":'
                     f"{'true' if health == Health.UNHEALTHY else 'false'},"
-                    f'"accessExpiresAt":{_dumps(_iso(expiry))}}}'
+                    f'"accessExpiresAt":{_dumps(_iso(expiry))},'
+                    f'"callDeadlineSeconds":{_dumps(deadline)},"maxCallSeconds":{_dumps(maximum)}'
+                    f"{mark_of(row)}}}"
                 )
-            append(static + tail)  # type: ignore[operator]
+            append(static + tail)
         elif fmt == "mcp":
-            append(f"{static}{_dumps(row[health_at] or Health.UNKNOWN)}}}}}}}")
+            append(f"{static}{_dumps(row[health_at] or Health.UNKNOWN)}{mark_of(row)}}}}}}}")
         else:
-            append(static)  # type: ignore[arg-type]
+            append(static)
     tools = ",".join(parts)
     if fmt != "native":
         return f'{{"tools":[{tools}]}}'.encode()

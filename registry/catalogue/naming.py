@@ -1,15 +1,6 @@
 """Namespaced tool names: legal in every output format, stable, collision-free, reversible.
 
-Every format Toolroom serves accepts `^[a-zA-Z0-9_-]{1,64}$` (OpenAI and Anthropic function
-names; MCP names allow more). A tool `read_file` of the server `files` becomes `files__read_file`.
-That plain form is used when it is legal as it is, fits in 64 characters, the slug holds no
-`__` and does not start or end with `_` (so the first `__` is always the separator), and the
-name does not already end like a hashed name. Otherwise the name is sanitised (illegal characters
-become `_`), cut, and given `_` plus the first 12 hex digits of SHA-256(`<slug>/<tool>`): plain
-names never end in `_<12 hex>`, hashed ones always do, so the two kinds cannot collide, and two
-hashed names collide only if 48 bits of SHA-256 do.
-
-The name depends on the server's slug and the tool's name only: nothing else renames a tool.
+More: docs/catalogue.md, "Module notes".
 """
 
 from __future__ import annotations

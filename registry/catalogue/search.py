@@ -1,21 +1,13 @@
 """Search in an agent's catalogue: its callable tools, ranked by relevance to a query.
 
-The candidates are exactly `catalogue_for_agent`'s tools (approved server, current definition
-approved, granted, allowed for the role, hidden when unhealthy if so configured), so search can
-never show a tool the catalogue would not. The database's full-text search finds the tools that
-match (`registry.search.selectors.tool_search_match`) and one ranking shared by every database
-orders those of the catalogue (`registry.search.ranking.SearchModel`, whose term statistics come
-from the catalogue itself). Answers are cached like catalogue documents: under an ETag of the
-team's catalogue version and the search's variant (`search_variant`).
+More: docs/catalogue.md, "Module notes".
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -28,7 +20,8 @@ from registry.catalogue.formats import (
     tool_entry_mcp,
     tool_entry_openai,
 )
-from registry.catalogue.selectors import Catalogue, catalogue_for_agent
+from registry.catalogue.selectors import Catalogue, CatalogueTool, catalogue_for_agent
+from registry.core.process_cache import VersionedCache
 from registry.search.index import document_fields
 from registry.search.ranking import SearchDocument, SearchModel
 from registry.search.selectors import tool_search_match
@@ -49,7 +42,7 @@ ANSWERS_MAX = 1024
 
 # The formats whose search answer is `{"tools":[<entry>,...]}`, each entry a pure function of
 # the tool as the kept catalogue holds it: encoded once per kept catalogue (below).
-_TOOL_ENTRIES = {
+_TOOL_ENTRIES: dict[str, Callable[[CatalogueTool], dict[str, Any]]] = {
     "mcp": tool_entry_mcp,
     "openai": tool_entry_openai,
     "anthropic": tool_entry_anthropic,
@@ -87,9 +80,9 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-_candidates: OrderedDict[tuple[object, ...], SearchableCatalogue] = OrderedDict()
-_candidates_lock = threading.Lock()
-_building: dict[tuple[object, ...], threading.Lock] = {}
+_candidates: VersionedCache[tuple[object, ...], SearchableCatalogue] = VersionedCache(
+    "searchable catalogues", limit=CANDIDATES_MAX
+)
 
 
 def search_variant(
@@ -103,48 +96,24 @@ def search_variant(
     return f"search|{fmt}|{category or ''}|{limit}|{digest}"
 
 
-_answers: OrderedDict[tuple[int, str], tuple[bytes, float]] = OrderedDict()
-_answers_lock = threading.Lock()
+_answers: VersionedCache[str, bytes] = VersionedCache("search answers", limit=ANSWERS_MAX)
 
 
-def catalogue_search_forget() -> None:
-    """Drop the catalogues and answers kept for searching (tests that roll back and reuse ids
-    and versions)."""
-    with _candidates_lock:
-        _candidates.clear()
-    with _answers_lock:
-        _answers.clear()
-
-
-def search_answer_kept(*, epoch: int, etag: str, now: float) -> bytes | None:
+def search_answer_kept(*, epoch: int, etag: str) -> bytes | None:
     """The search answer kept in this process for this ETag under this cache epoch, if any.
 
     The ETag holds the team's catalogue version (and the role, the query's terms, the format):
     a change that moves the version makes a new ETag, so a kept answer is as fresh as the
     document cached in Redis under the same ETag; the epoch keeps a restored database's
     repeated versions apart."""
-    with _answers_lock:
-        kept = _answers.get((epoch, etag))
-        if kept is None:
-            return None
-        body, expires = kept
-        if expires <= now:
-            del _answers[(epoch, etag)]
-            return None
-        _answers.move_to_end((epoch, etag))
-        return body
+    return _answers.get(etag, epoch)
 
 
-def search_answer_keep(*, epoch: int, etag: str, body: bytes, now: float) -> None:
+def search_answer_keep(*, epoch: int, etag: str, body: bytes) -> None:
     """Keep a search answer (the document cached, or about to be, under `etag`)."""
     ttl = settings.TOOLROOM_CATALOGUE_CACHE_SECONDS
-    if ttl <= 0:
-        return
-    with _answers_lock:
-        _answers[(epoch, etag)] = (body, now + ttl)
-        _answers.move_to_end((epoch, etag))
-        while len(_answers) > ANSWERS_MAX:
-            _answers.popitem(last=False)
+    if ttl > 0:
+        _answers.put(etag, body, epoch, ttl=ttl)
 
 
 def searchable(catalogue: Catalogue) -> SearchableCatalogue:
@@ -182,32 +151,16 @@ def _catalogue_at(
 ) -> SearchableCatalogue:
     if version is None:
         return searchable(catalogue_for_agent(team_id=team_id, role_id=role_id, category=category))
-    key = (team_id, role_id, category, version, settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY)
-    with _candidates_lock:
-        cached = _candidates.get(key)
-        if cached is not None:
-            _candidates.move_to_end(key)
-            return cached
-        building = _building.setdefault(key, threading.Lock())
+    key = (team_id, role_id, category, settings.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY)
     # One thread builds a version's catalogue; the others wait for it instead of building it
     # too (16 agents arriving after a version bump made 16 builds of a second each, at once).
-    with building:
-        with _candidates_lock:
-            cached = _candidates.get(key)
-        if cached is not None:
-            return cached
-        try:
-            built = searchable(
-                catalogue_for_agent(team_id=team_id, role_id=role_id, category=category)
-            )
-            with _candidates_lock:
-                _candidates[key] = built
-                while len(_candidates) > CANDIDATES_MAX:
-                    _candidates.popitem(last=False)
-        finally:
-            with _candidates_lock:
-                _building.pop(key, None)
-    return built
+    return _candidates.get_or_build(
+        key,
+        lambda: searchable(
+            catalogue_for_agent(team_id=team_id, role_id=role_id, category=category)
+        ),
+        version,
+    )
 
 
 def kept_catalogue(*, team_id: int, role_id: int, version: int) -> Catalogue:

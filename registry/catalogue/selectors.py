@@ -1,13 +1,6 @@
 """The one read that decides what an agent sees: `catalogue_for_agent`, and what derives from it.
 
-A tool is in a team+role catalogue only if its server is approved; the tool is offered and its
-current definition approved (`registry.servers.selectors.approved_tools`); a grant of its server or
-of the tool itself applies to the team (not revoked, not expired at this moment, for every role or
-for this one); and the role allows its permission class. Unhealthy servers' tools are flagged, or
-left out where TOOLROOM_CATALOGUE_HIDE_UNHEALTHY says so.
-
-The number of queries is the same whatever the size of the registry or of the catalogue: the role,
-the team's grants, the tools (with their servers, categories and health in one join).
+More: docs/catalogue.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -23,8 +16,13 @@ from django.utils import timezone
 
 from registry.catalogue.naming import namespaced_tool_name
 from registry.core.query_templates import Placeholders, compiled_query, padded
+from registry.servers.gateway_policy import (
+    DEFAULT_CALL_DEADLINE_SECONDS,
+    DEFAULT_MAX_CALL_SECONDS,
+)
 from registry.servers.models import Health, McpServer, ReviewStatus
 from registry.servers.selectors import approved_tools
+from registry.servers.tool_definitions import TASK_REQUIRED_REASON, TASK_SUPPORT
 from registry.teams.models import DependencyLevel, Grant, TeamRole
 
 _TOOL_FIELDS = (
@@ -49,6 +47,9 @@ _TOOL_FIELDS = (
     "server__category__slug",
     "server__category__name",
     "server__status__health",
+    "server__gateway_policy__call_deadline_seconds",
+    "server__gateway_policy__max_call_seconds",
+    "server__upstream_auth",
 )
 
 
@@ -89,10 +90,21 @@ class CatalogueTool:
     definition_hash: str
     server_health: str
     access_expires_at: datetime | None
+    # The server's call deadline, and the maximum its progress may stretch it to (gateway).
+    call_deadline_seconds: float = DEFAULT_CALL_DEADLINE_SECONDS
+    max_call_seconds: float = DEFAULT_MAX_CALL_SECONDS
+    task_support: str = ""  # the definition's execution.taskSupport, if any
+    # The server's UpstreamAuth: per-person tools carry the caller's account mark when rendered.
+    upstream_auth: str = "shared"
 
     @property
     def unhealthy(self) -> bool:
         return self.server_health == Health.UNHEALTHY
+
+    @property
+    def not_callable_reason(self) -> str | None:
+        """Why the gateway cannot call the tool, or None: it can."""
+        return TASK_REQUIRED_REASON if self.task_support == "required" else None
 
 
 @dataclass(frozen=True)
@@ -312,11 +324,21 @@ def visible_tool_rows(
     )
 
 
+def call_deadlines(deadline: float | None, maximum: float | None) -> tuple[float, float]:
+    """A server's call deadline and maximum call time (its progress may stretch the deadline
+    up to it), from its gateway policy's columns (None: no policy, the defaults)."""
+    deadline = DEFAULT_CALL_DEADLINE_SECONDS if deadline is None else float(deadline)
+    maximum = DEFAULT_MAX_CALL_SECONDS if maximum is None else float(maximum)
+    return deadline, max(maximum, deadline)
+
+
 def catalogue_for_agent(
     *, team_id: int, role_id: int, category: str | None = None, at: datetime | None = None
 ) -> Catalogue:
     """The tools a team's agent of this role sees now, namespaced and sorted by name."""
-    visible = visible_tool_rows(team_id=team_id, role_id=role_id, category=category, at=at)
+    visible = visible_tool_rows(
+        team_id=team_id, role_id=role_id, category=category, at=at, task_support=TASK_SUPPORT
+    )
     role, now = visible.role, visible.now
     rows = [dict(zip(visible.columns, row, strict=True)) for row in visible.rows]
 
@@ -343,6 +365,10 @@ def catalogue_for_agent(
             )
         counts[server_id] = counts.get(server_id, 0) + 1
         expiry = visible.access_expires_at(server_id, row["pk"])
+        deadline, maximum = call_deadlines(
+            row["server__gateway_policy__call_deadline_seconds"],
+            row["server__gateway_policy__max_call_seconds"],
+        )
         entries.append(
             CatalogueTool(
                 name=namespaced_tool_name(row["server__slug"], row["name"]),
@@ -359,6 +385,10 @@ def catalogue_for_agent(
                 definition_hash=row["definition_hash"],
                 server_health=health,
                 access_expires_at=expiry,
+                call_deadline_seconds=deadline,
+                max_call_seconds=maximum,
+                task_support=row["task_support"] or "",
+                upstream_auth=row["server__upstream_auth"] or "shared",
             )
         )
     entries.sort(key=lambda entry: entry.name)
@@ -381,6 +411,10 @@ def catalogue_for_agent(
         tools=entries,
         granted_server_ids=visible.granted_server_ids,
     )
+
+
+# A declared server's pre-flight status by its health (else "ok").
+_PREFLIGHT_STATUS: dict[str, str] = {Health.UNHEALTHY: "unhealthy", Health.DEGRADED: "degraded"}
 
 
 def catalogue_preflight(
@@ -407,10 +441,7 @@ def catalogue_preflight(
         for slug in sorted(set(declared_servers.get(level, []))):
             server = visible.get(slug)
             if server is not None:
-                status = {Health.UNHEALTHY: "unhealthy", Health.DEGRADED: "degraded"}.get(
-                    server.health,  # type: ignore[call-overload]
-                    "ok",
-                )
+                status = _PREFLIGHT_STATUS.get(server.health, "ok")
                 detail = f"{server.tool_count} tool(s), health {server.health}."
             elif slug not in approved:
                 status, detail = "unavailable", "No approved server has this slug."

@@ -1,23 +1,6 @@
 """Per-team catalogue versions: the database holds them, the cache mirrors them for 304s.
 
-A team's state is its version and the earliest upcoming expiry (of a grant or an agent token) that
-affects it. Every change that can alter what the team's agents see bumps the version in the
-database; a state read after its expiry moment is stale and is bumped on the spot, so expiry needs
-no clean-up task.
-
-Nothing the cache does can bring back a state the database has moved past:
-
-- Before the change commits, the team's cached state is replaced by a *pending* marker of the new
-  version (readers seeing it ask the database). If the cache does not take the marker, the cache
-  epoch moves in the same transaction as the change (`cache_epoch_bump`), so nothing cached
-  before can be read again, whatever Redis later comes back with.
-- After commit the new state is written; a crash in between leaves the marker, not the old state.
-- The cache never goes backwards: with Redis a small Lua script writes a state only if its
-  version is at least the cached one, so a slow reader that filled the cache from an older
-  database read cannot hide a later bump (or replace a marker before its change committed).
-- States are keyed by the cache's epoch, which also moves when Redis restarts (registry/catalogue
-  /cache.py). Other cache backends (the quickstart's file cache, one machine) do the same compare
-  without atomicity and keep states for a short while only.
+More: docs/catalogue.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -93,11 +93,11 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         )
         exc = exceptions.ValidationError(fields)
     elif isinstance(exc, ApplicationError):
-        fields = {exc.field: [exc.message]} if exc.field else {}
-        return Response(
-            {"error": {"code": "invalid", "message": exc.message, "fields": fields, **exc.extra}},
-            status=status.HTTP_400_BAD_REQUEST,
+        body = api_error_body(
+            "invalid", exc.message, {exc.field: [exc.message]} if exc.field else {}
         )
+        body["error"].update(exc.extra)
+        return Response(body, status=status.HTTP_400_BAD_REQUEST)
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -116,5 +116,5 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         else:
             message = str(detail)
             fields = {}
-        response.data = {"error": {"code": code, "message": message, "fields": fields}}
+        response.data = api_error_body(code, message, fields)
     return response

@@ -1,26 +1,7 @@
 """The catalogue's cache as the rest of the code may use it: one client per process, short
 timeouts, a circuit around it, and the epoch under which its entries may be trusted.
 
-- **One client per process.** Django keeps cache backends per async context: under ASGI every
-  request would get a new Redis client, hence a new connection. The catalogue shares one backend
-  per process (redis-py's client is thread-safe and pools its connections), made again if the
-  cache settings change (tests do).
-- **Short timeouts, no retries, a circuit.** A Redis that is down or frozen costs one short
-  timeout (`TOOLROOM_CACHE_TIMEOUT_SECONDS`); the first failure opens the circuit for
-  `TOOLROOM_CACHE_RETRY_SECONDS`, during which the catalogue does not touch the cache at all and
-  answers from the database (degraded). `catalogue_cache()` returns None then.
-- **The epoch.** Entries the database can move past (team states, token lookups) are keyed by the
-  cache's epoch (`CatalogueCache.key`), kept in the database (`CatalogueCacheEpoch`). Each process
-  re-reads it at most every `TOOLROOM_CACHE_REVALIDATE_SECONDS` and compares the Redis server's
-  `run_id` with the one the database knows: a restarted Redis (empty, or from an old snapshot)
-  moves the epoch, and so does a write the cache did not take (`cache_epoch_bump`, in the same
-  transaction as the change). Every new Redis connection checks the `run_id` too, so a restart is
-  noticed on the very connection that would read from it (`CatalogueCache.intact`).
-
-The gateway (and anything else reading team states or token lookups) goes through
-`catalogue_cache()` and the selectors built on it (`registry.catalogue.versions.catalogue_state`,
-`registry.teams.tokens.token_authenticate`), never through Django's `cache` directly.
-"""
+More: docs/catalogue.md, "Module notes"."""
 
 from __future__ import annotations
 
@@ -38,6 +19,15 @@ from django.core.cache.backends.redis import RedisCache
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
+
+from registry.core.database_outage import (
+    DATABASE_ERRORS,
+    continuity_seconds,
+    database_answered,
+    database_away,
+    database_circuit_open,
+    database_trip,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +50,11 @@ class _ProcessCache:
     serial: int = 0  # moves whenever the validation is dropped
     open_until: float = 0.0  # monotonic; the circuit is open before it
     trips: int = 0
+    # During a database outage (registry.core.database_outage): the confirmed epoch is kept
+    # (`outage`: since the first failed confirmation; `kept_at`: last kept), while allowed.
+    outage: bool = False
+    kept_at: float = 0.0
+    retrying: bool = False
     # The raw redis-py client on the backend's pool: Django makes a new client object per
     # operation (about 0.1 ms of CPU each); the hot paths read through this one.
     raw_client: Any = None
@@ -188,33 +183,104 @@ def _server_run_id(backend: Any) -> str | None:
     return str(client.info("server")["run_id"])
 
 
-def _revalidate(process_cache: _ProcessCache) -> None:
+def _keep_through_outage(process_cache: _ProcessCache, run_id: str | None, started: float) -> None:
+    """The database did not confirm the epoch: keep the last confirmed one while the rules of
+    registry.core.database_outage allow it, else stop trusting the cache."""
+    now = time.monotonic()
+    window = float(settings.TOOLROOM_DATABASE_OUTAGE_SECONDS)
+    with process_cache.lock:
+        if process_cache.epoch is None:
+            return
+        why = ""
+        if run_id is not None and run_id != process_cache.run_id:
+            why = "Redis restarted during the database outage"
+        elif not process_cache.outage and (
+            started - process_cache.validated_at > continuity_seconds()
+        ):
+            why = "the epoch was not confirmed right up to the database outage"
+        elif now - process_cache.validated_at > window:
+            why = f"the database has been away longer than {window:g} s"
+        if why:
+            process_cache.epoch = None
+            process_cache.serial += 1
+            process_cache.outage = False
+        else:
+            if not process_cache.outage:
+                logger.warning(
+                    "the database is away: serving the state confirmed %.1f s ago for at most %g s",
+                    now - process_cache.validated_at,
+                    window,
+                )
+            process_cache.outage = True
+            process_cache.kept_at = now
+            return
+    logger.warning("catalogue cache no longer trusted: %s", why)
+
+
+def _retry_in_background(process_cache: _ProcessCache) -> None:
+    """Try the database again off the request's path (one attempt at a time)."""
+    with process_cache.lock:
+        if process_cache.retrying:
+            return
+        process_cache.retrying = True
+
+    def attempt() -> None:
+        from django.db import connection  # noqa: PLC0415
+
+        try:
+            _revalidate(process_cache, background=True)
+        except Exception:
+            logger.exception("confirming the cache epoch failed")
+        finally:
+            process_cache.retrying = False
+            connection.close()
+
+    threading.Thread(target=attempt, name="epoch-retry", daemon=True).start()
+
+
+def _revalidate(process_cache: _ProcessCache, *, background: bool = False) -> None:
     from django.db.models import F  # noqa: PLC0415
 
     from registry.core.models import CatalogueCacheEpoch  # noqa: PLC0415
 
     serial = process_cache.serial
+    started = time.monotonic()
     try:
         run_id = _server_run_id(process_cache.backend)
     except CACHE_ERRORS as exc:
         cache_trip(exc, where="revalidation")
         return
-    row, _ = CatalogueCacheEpoch.objects.get_or_create(cache=process_cache.identity)
-    if run_id is not None and row.server_run_id != run_id:
-        # A Redis we have not confirmed (first use, or it restarted and may hold an old
-        # snapshot): whatever it holds under the current epoch is not to be trusted.
-        CatalogueCacheEpoch.objects.filter(pk=row.pk, epoch=row.epoch).update(
-            epoch=F("epoch") + 1,
-            server_run_id=run_id,
-            reason=f"new Redis run id {run_id[:8]}",
-        )
-        row.refresh_from_db()
+    if not background and (process_cache.outage or database_circuit_open()):
+        # Serving the last confirmed state: the request does not wait for the database.
+        _keep_through_outage(process_cache, run_id, started)
+        if process_cache.outage and not database_circuit_open():
+            _retry_in_background(process_cache)
+        return
+    try:
+        row, _ = CatalogueCacheEpoch.objects.get_or_create(cache=process_cache.identity)
+        if run_id is not None and row.server_run_id != run_id:
+            # A Redis we have not confirmed (first use, or it restarted and may hold an old
+            # snapshot): whatever it holds under the current epoch is not to be trusted.
+            CatalogueCacheEpoch.objects.filter(pk=row.pk, epoch=row.epoch).update(
+                epoch=F("epoch") + 1,
+                server_run_id=run_id,
+                reason=f"new Redis run id {run_id[:8]}",
+            )
+            row.refresh_from_db()
+    except DATABASE_ERRORS as exc:
+        if not database_away(exc):
+            raise
+        database_trip(exc)
+        _keep_through_outage(process_cache, run_id, started)
+        return
+    database_answered()
     with process_cache.lock:
         if process_cache.serial != serial:
             return  # dropped again meanwhile: the next caller revalidates
         process_cache.epoch = row.epoch
         process_cache.run_id = run_id
         process_cache.validated_at = time.monotonic()
+        process_cache.outage = False
 
 
 @dataclass(frozen=True)
@@ -314,9 +380,8 @@ def catalogue_cache() -> CatalogueCache | None:
     process_cache = _current()
     if process_cache.open_until > time.monotonic():
         return None
-    due = (
-        time.monotonic() - process_cache.validated_at >= settings.TOOLROOM_CACHE_REVALIDATE_SECONDS
-    )
+    last = max(process_cache.validated_at, process_cache.kept_at)
+    due = time.monotonic() - last >= settings.TOOLROOM_CACHE_REVALIDATE_SECONDS
     if process_cache.epoch is None or due:
         _revalidate(process_cache)
     with process_cache.lock:
@@ -336,11 +401,39 @@ def catalogue_cache_confirmed() -> CatalogueCache | None:
     with process_cache.lock:
         epoch, serial = process_cache.epoch, process_cache.serial
         fresh = now - process_cache.validated_at < settings.TOOLROOM_CACHE_REVALIDATE_SECONDS
-    if epoch is None or not fresh or process_cache.open_until > now:
-        return None
+    if epoch is None or not fresh or process_cache.open_until > now or process_cache.outage:
+        return None  # (during a database outage Django answers, marking what it serves)
     return CatalogueCache(
         backend=process_cache.backend, epoch=epoch, serial=serial, process_cache=process_cache
     )
+
+
+_keeper: threading.Thread | None = None
+
+
+def start_epoch_keeper() -> None:
+    """In a serving process (web, gateway): confirm the epoch every revalidation interval in a
+    thread of its own, so that an idle process has a recent confirmation when the database goes
+    away (the last confirmed state may be served only by a process that confirmed it right up to
+    the outage: registry.core.database_outage)."""
+    global _keeper  # noqa: PLW0603 (one per process, on purpose)
+    if not settings.TOOLROOM_EPOCH_KEEPER or (_keeper is not None and _keeper.is_alive()):
+        return
+
+    def keep() -> None:
+        from django.db import connection  # noqa: PLC0415
+
+        while True:
+            time.sleep(max(0.2, float(settings.TOOLROOM_CACHE_REVALIDATE_SECONDS)))
+            try:
+                catalogue_cache()
+            except Exception:  # never let the keeper die; requests confirm too
+                logger.debug("the epoch keeper could not confirm the epoch", exc_info=True)
+            finally:
+                connection.close()
+
+    _keeper = threading.Thread(target=keep, name="epoch-keeper", daemon=True)
+    _keeper.start()
 
 
 def cache_epoch_bump(*, reason: str) -> None:
@@ -356,6 +449,23 @@ def cache_epoch_bump(*, reason: str) -> None:
     row, _ = CatalogueCacheEpoch.objects.get_or_create(cache=process_cache.identity)
     CatalogueCacheEpoch.objects.filter(pk=row.pk).update(epoch=F("epoch") + 1, reason=reason[:200])
     process_cache.invalidate(reason)
+
+
+def database_degraded() -> bool:
+    """Whether this process serves the last confirmed state while the database is away."""
+    process_cache = _current()
+    return process_cache.outage and process_cache.epoch is not None
+
+
+def degraded_marker() -> str | None:
+    """`X-Toolroom-Degraded`'s value for an answer now: `database`, `cache` or none. With the
+    database away the answer is the last confirmed state whatever the cache's circuit says, so
+    `database` wins when both are degraded (a loaded Redis can open the circuit mid-outage)."""
+    if database_degraded():
+        return "database"
+    if cache_degraded():
+        return "cache"
+    return None
 
 
 def cache_status() -> Mapping[str, Any]:

@@ -1,18 +1,6 @@
 """uvicorn's HTTP protocol with TCP_NODELAY set on every connection, however the listener was made.
 
-Why: asyncio turns Nagle's algorithm off (TCP_NODELAY) for an accepted socket only when the socket
-says `proto == IPPROTO_TCP`. uvicorn with one worker lets asyncio build the listener from
-`getaddrinfo` (proto 6), but `--workers N` (and the gunicorn worker) bind the listener themselves
-with `socket.socket(family)`, proto 0, and accepted sockets inherit it: Nagle stays on. uvicorn
-writes a response's headers and its body in two `send`s, so the body (a second small segment)
-waits for the client's ACK of the headers, which Linux delays by about 40 ms: with two workers a
-small cached catalogue took a flat 44 ms instead of 7 ms (docs/benchmarks.md, "The 40 ms stall";
-upstream: Kludex/uvicorn#3149).
-
-Serve with `uvicorn registry.asgi:application --http
-registry.core.http_protocol:NoDelayHTTPProtocol` (the Dockerfile and docker-compose.yml do).
-The class is uvicorn's own choice of implementation (httptools when installed, else h11);
-only `connection_made` differs.
+More: docs/operations.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -13,10 +13,12 @@ class ProcessKind(models.TextChoices):
 
 
 class ProcessHeartbeat(models.Model):
-    """The last sign of life of one process, written every TOOLROOM_HEARTBEAT_SECONDS by the
-    process itself (workers/heartbeat.py); `/readyz` and `manage.py probe` read it."""
+    """The last sign of life of one process in one role, written every TOOLROOM_HEARTBEAT_SECONDS
+    by the process itself (workers/heartbeat.py); `/readyz` and `manage.py probe` read it. A
+    process with several roles (the quickstart's one worker serves every queue and holds the
+    runtimes) writes one row per role."""
 
-    name = models.CharField(max_length=200, unique=True, help_text="celery node name, beat@host")
+    name = models.CharField(max_length=200, help_text="celery node name, beat@host")
     kind = models.CharField(max_length=20, choices=ProcessKind.choices)
     host = models.CharField(max_length=200)
     pid = models.PositiveIntegerField()
@@ -27,6 +29,9 @@ class ProcessHeartbeat(models.Model):
 
     class Meta:
         ordering = ["kind", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["name", "kind"], name="process_heartbeat_one_per_role")
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"

@@ -1,11 +1,6 @@
 """The guard in front of every MCP server URL: which schemes, hosts and addresses may be reached.
 
-Two checks use the same address policy. At registration (`check_server_url`) a URL is refused
-when its scheme is not http(s), it carries credentials, or its host is an address or a well-known
-name inside a private, loopback, link-local, metadata or otherwise non-global network. Host names
-are not resolved then (the registry may not see the network the workers see); the workers check
-every address a name resolves to when they connect (`check_resolved_address`), which also defeats
-DNS rebinding. Networks listed in TOOLROOM_ALLOWED_NETWORKS are let through.
+More: docs/security.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -13,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -68,14 +64,20 @@ def host_as_address(host: str) -> IPAddress | None:
 
 # IPv6 forms that carry an IPv4 address, which a translator, relay or dual stack reaches:
 # NAT64 (RFC 6052 well-known and local-use prefixes, the address in the last 32 bits),
-# IPv4-compatible (::a.b.c.d, deprecated but still routed by some stacks).
+# IPv4-translated (SIIT, RFC 2765: ::ffff:0:a.b.c.d), IPv4-compatible (::a.b.c.d, deprecated but
+# still routed by some stacks).
 _NAT64_PREFIXES = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
 _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+# ISATAP (RFC 5214): any /64 prefix, then an interface identifier of 0000:5efe or 0200:5efe (the
+# universal/local bit set) and the IPv4 address of the tunnel's end.
+_ISATAP_INTERFACE_IDS = (0x00005EFE, 0x02005EFE)
 
 
 def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address stands for (IPv4-mapped, NAT64, 6to4, Teredo,
-    IPv4-compatible), or None. The same rules apply to it as to the IPv4 address itself."""
+    """The IPv4 address an IPv6 address stands for (IPv4-mapped, IPv4-translated, NAT64, 6to4,
+    Teredo, ISATAP, IPv4-compatible), or None. The same rules apply to it as to the IPv4 address
+    itself."""
     if not isinstance(address, ipaddress.IPv6Address):
         return None
     if address.ipv4_mapped is not None:
@@ -85,7 +87,9 @@ def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
     if address.teredo is not None:
         return address.teredo[1]  # the client, where the traffic ends up
     last_32_bits = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    if any(address in prefix for prefix in _NAT64_PREFIXES):
+    if any(address in prefix for prefix in _NAT64_PREFIXES) or address in _IPV4_TRANSLATED:
+        return last_32_bits
+    if (int(address) >> 32) & 0xFFFFFFFF in _ISATAP_INTERFACE_IDS:
         return last_32_bits
     if address in _IPV4_COMPATIBLE and int(address) > 1:  # not :: nor ::1
         return last_32_bits
@@ -175,11 +179,37 @@ def check_server_url(url: str, *, allowed_networks: Iterable[str]) -> str:
     return url
 
 
+def resolved_address_refusal(
+    address: str, *, allowed_networks: Iterable[IPNetwork] = ()
+) -> str | None:
+    """Why a resolved address may not be connected to ("a private address", "an IPv6 form of
+    127.0.0.1, a loopback address"), or None when it may. The one rule for every address a name
+    resolves to: the workers' MCP connections and the sandbox's egress proxy both ask it."""
+    parsed = ipaddress.ip_address(address.split("%", 1)[0])
+    if address_allowed(parsed, allowed_networks):
+        return None
+    return _describe(parsed)
+
+
 def check_resolved_address(address: str, *, allowed_networks: Iterable[str]) -> None:
     """Raise UnsafeUrlError unless a resolved peer address may be connected to."""
-    parsed = ipaddress.ip_address(address.split("%", 1)[0])
-    if not address_allowed(parsed, parse_networks(allowed_networks)):
+    refusal = resolved_address_refusal(address, allowed_networks=parse_networks(allowed_networks))
+    if refusal is not None:
         raise UnsafeUrlError(
-            f"Refused to connect to {address}: {_describe(parsed)}, not in "
-            "TOOLROOM_ALLOWED_NETWORKS."
+            f"Refused to connect to {address}: {refusal}, not in TOOLROOM_ALLOWED_NETWORKS."
         )
+
+
+def connectable_addresses(
+    host: str, infos: Iterable[tuple[Any, ...]], *, allowed_networks: Iterable[str]
+) -> list[str]:
+    """The addresses one `getaddrinfo` of `host` gave, in order and without repeats, once every
+    one of them passed the guard; UnsafeUrlError (naming the host) if any did not. A guarded
+    connection connects only to these: no second lookup that DNS rebinding could turn."""
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    try:
+        for address in addresses:
+            check_resolved_address(address, allowed_networks=allowed_networks)
+    except UnsafeUrlError as exc:
+        raise UnsafeUrlError(f"{host}: {exc}") from exc
+    return addresses

@@ -1,19 +1,6 @@
 """Querysets compiled to SQL once per shape and run again with new values (hot read paths).
 
-Building and compiling a queryset costs Django far more than PostgreSQL needs to run a small
-query: for an uncached 20-tool catalogue about 70% of the build's CPU went there. A template
-builds its queryset once, from placeholder values ("sentinels"), compiles it, notes where each
-placeholder landed among the SQL's parameters, and afterwards only swaps the real values in and
-runs the SQL through Django's cursor (so query capture, execute wrappers and the database's own
-converters behave as for any queryset).
-
-The queryset is still the one place the query is written: a template is not a second, hand-written
-copy of it. Values that change the SQL's text (a list's length, a setting, whether a filter is
-there at all) belong to the shape, the template cache's key; lists are padded to the next power of
-two with their last value (`IN (1, 2, 3, 3)` means `IN (1, 2, 3)`), so a shape covers many lengths.
-
-Templates are kept per database connection object (Django makes one per thread), so the converters
-they hold are bound to the connection that runs them.
+More: docs/catalogue.md, "Module notes".
 """
 
 from __future__ import annotations

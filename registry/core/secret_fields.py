@@ -105,7 +105,7 @@ def mask_mapping(values: dict[str, str]) -> dict[str, str]:
     return {name: mask_secret(value) for name, value in values.items()}
 
 
-class EncryptedJSONField(models.TextField):  # type: ignore[type-arg]
+class EncryptedJSONField(models.TextField[dict[str, str], dict[str, str]]):
     """A dict of str -> str, stored as a Fernet token; never queryable, never logged."""
 
     description = "Encrypted mapping of names to secret values"

@@ -1,28 +1,36 @@
 """Resources and prompts of the servers an agent may use, namespaced like tools.
 
-A server's resources and prompts are offered through the gateway when the agent's catalogue
-shows at least one of its tools (the server is approved, granted to the team for the role, and
-callable). They are the ones discovery recorded (`ServerResource`, `ServerPrompt`, resource
-templates included). Names: prompts `<slug>__<name>` like tools; resource URIs
-`toolroom://<slug>/<the server's URI, percent-encoded>`; a template's literal parts are encoded
-the same way and its `{expressions}` kept, so a URI the client expands from it reads as the
-server's own expansion (`resource_lookup`). Reading a resource is a read-class call of its server
-(the private-data ratchet counts it). Kept per process and per team+role version, like the call
-table.
+More: docs/gateway.md, "Module notes".
 """
 
 from __future__ import annotations
 
 import re
-import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, unquote
 
+from registry.access.rule_types import Kind, Moment, Refusal, ToolFacts
+from registry.access.rules import (
+    CALL_TIME_RULES,
+    CATALOGUE_RULES,
+    UNKNOWN_TOOL,
+    first_refusal,
+)
 from registry.catalogue.naming import namespaced_tool_name
-from registry.gateway.calls import CallTarget, call_table
-from registry.servers.models import ServerPrompt, ServerResource
-from registry.teams.tokens import AgentIdentity
+from registry.core.process_cache import VersionedCache
+from registry.gateway.checks import CallTable, CallTarget, call_table, gateway_policy_of
+from registry.servers.gateway_policy import GatewayMode
+from registry.servers.models import (
+    ApprovalState,
+    CircuitState,
+    Health,
+    McpServer,
+    ServerPrompt,
+    ServerResource,
+)
+from registry.teams.callers import Caller
 
 URI_SCHEME = "toolroom://"
 _MAX = 4096
@@ -48,16 +56,69 @@ def namespaced_uri_template(slug: str, template: str) -> str:
     return f"{URI_SCHEME}{slug}/{''.join(parts)}"
 
 
+# RFC 6570 (URI Template), section 3.2.1: what an expression's values may hold once expanded.
+_UNRESERVED = r"A-Za-z0-9\-._~%"  # and pct-encoded octets (checked apart: _BAD_PERCENT)
+_RESERVED = r":/?#\[\]@!$&'()*+,;="
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# A dot-segment (RFC 3986, 5.2.4), also percent-encoded: `..` walks out of the template's path.
+_DOT_SEGMENT = re.compile(r"(?:^|/)(?:\.|%2[eE]){1,2}(?:/|$|[?#])")
+# A URI longer than this is not matched against templates (bounds the regular expressions' work).
+MAX_TEMPLATE_URI_CHARS = 8192
+
+
+def _expression_pattern(expression: str) -> str:
+    """What one `{expression}` of a URI template expands to (RFC 6570, 3.2.2 to 3.2.9): simple
+    and label, path-segment, path-style, query and continuation expansions allow only unreserved
+    characters, percent-encoded octets and their separators, so they never span a `/` (a path
+    segment expansion gives one segment per variable, more only when exploded); reserved (`+`)
+    and fragment (`#`) expansions may hold reserved characters."""
+    body = expression[1:-1]
+    operator = body[0] if body and body[0] in "+#./;?&" else ""
+    varspecs = [spec for spec in body[len(operator) :].split(",") if spec]
+    exploded = any(spec.endswith("*") for spec in varspecs)
+    # An exploded associative array expands to `name=value` pairs.
+    value = f"[{_UNRESERVED},{'=' if exploded else ''}]*"
+    if operator == "":
+        return value
+    if operator in "+#":
+        reserved = f"[{_UNRESERVED}{_RESERVED}]*"
+        return reserved if operator == "+" else f"(?:#{reserved})?"
+    if operator == ".":
+        return f"(?:\\.{value})?"  # labels joined by dots, which `value` holds
+    if operator == "/":
+        if exploded:
+            return f"(?:/{value})*"
+        return f"(?:/{value}){{0,{max(1, len(varspecs))}}}"
+    # ; ? &: named parameters, `name=value` (or `name` alone for `;`), joined by the operator.
+    named = f"[{_UNRESERVED},=]*"
+    joiner = re.escape(";" if operator == ";" else "&")
+    return f"(?:{re.escape(operator)}{named}(?:{joiner}{named})*)?"
+
+
 def template_pattern(template: str) -> re.Pattern[str]:
-    """A pattern the server's URIs expanded from `template` match (any text per expression)."""
+    """A pattern the server's URIs expanded from `template` match, per RFC 6570: a simple
+    expansion (`{id}`) never spans `/`."""
     pieces: list[str] = []
     last = 0
     for match in _EXPRESSION.finditer(template):
         pieces.append(re.escape(template[last : match.start()]))
-        pieces.append(".*?")
+        pieces.append(_expression_pattern(match.group(0)))
         last = match.end()
     pieces.append(re.escape(template[last:]))
-    return re.compile("".join(pieces), re.DOTALL)
+    return re.compile("".join(pieces))
+
+
+def template_matches(template: str, pattern: re.Pattern[str], uri: str) -> bool:
+    """Whether `uri` is an expansion of `template` (its `pattern`) that stays where the template
+    points: well-formed percent-encoding, and no dot-segment (`..`, `%2e%2e`, also once
+    percent-decoded) that the template's own text does not have."""
+    if len(uri) > MAX_TEMPLATE_URI_CHARS or _BAD_PERCENT.search(uri):
+        return False
+    if pattern.fullmatch(uri) is None:
+        return False
+    if _DOT_SEGMENT.search(template) is not None:
+        return True
+    return _DOT_SEGMENT.search(uri) is None and _DOT_SEGMENT.search(unquote(uri)) is None
 
 
 @dataclass(frozen=True)
@@ -65,6 +126,8 @@ class ContentEntry:
     target: CallTarget  # the server, as a read-class call target
     upstream: str  # the server's own URI or prompt name
     listing: dict[str, Any]  # the MCP list entry, namespaced
+    facts: ToolFacts | None = None  # what the access rules decide on
+    refusal: Refusal | None = None  # a catalogue rule's (not listed; reading it is refused)
 
 
 @dataclass(frozen=True)
@@ -73,14 +136,40 @@ class TemplateEntry:
     upstream: str  # the server's own URI template
     pattern: re.Pattern[str]  # what the server's URIs expanded from it look like
     listing: dict[str, Any]  # the MCP resource template entry, namespaced
+    facts: ToolFacts | None = None
+    refusal: Refusal | None = None
 
 
 @dataclass
 class AgentContent:
     version: int
+    ratchet_seconds: int = 0
     resources: dict[str, ContentEntry] = field(default_factory=dict)
     prompts: dict[str, ContentEntry] = field(default_factory=dict)
     templates: list[TemplateEntry] = field(default_factory=list)
+
+    def listed_resources(self) -> list[dict[str, Any]]:
+        return [entry.listing for entry in self.resources.values() if entry.refusal is None]
+
+    def listed_templates(self) -> list[dict[str, Any]]:
+        return [entry.listing for entry in self.templates if entry.refusal is None]
+
+    def listed_prompts(self) -> list[dict[str, Any]]:
+        return [entry.listing for entry in self.prompts.values() if entry.refusal is None]
+
+
+def content_refusal(
+    entry: ContentEntry, *, identity: Caller, at: float | None = None
+) -> Refusal | None:
+    """Whether the caller may read this resource or get this prompt now: the catalogue rules'
+    refusal kept when the list was built, else the call rules' (grant expiry, gateway mode,
+    circuit, ratchet), evaluated now like a tool call's."""
+    if entry.refusal is not None:
+        return entry.refusal
+    if entry.facts is None:
+        return None
+    moment = Moment(now=time.time() if at is None else at, caller=identity)
+    return first_refusal(CALL_TIME_RULES, entry.facts, moment)
 
 
 def resource_lookup(content: AgentContent, uri: str) -> ContentEntry | None:
@@ -94,41 +183,131 @@ def resource_lookup(content: AgentContent, uri: str) -> ContentEntry | None:
         return None
     slug, upstream = parts
     for template in content.templates:
-        if template.target.server_slug == slug and template.pattern.fullmatch(upstream):
-            return ContentEntry(template.target, upstream, {"uri": uri})
+        if template.target.server_slug == slug and template_matches(
+            template.upstream, template.pattern, upstream
+        ):
+            return ContentEntry(
+                template.target, upstream, {"uri": uri}, template.facts, template.refusal
+            )
     return None
 
 
-_contents: dict[tuple[int, int], AgentContent] = {}
-_lock = threading.Lock()
+_contents: VersionedCache[tuple[int, int], AgentContent] = VersionedCache(
+    "resources and prompts", limit=_MAX
+)
 
 
-def agent_content(*, identity: AgentIdentity) -> AgentContent:
+_SERVER_FIELDS = (
+    "pk",
+    "slug",
+    "transport",
+    "isolation",
+    "data_sensitivity",
+    "review_status",
+    "upstream_auth",
+    "status__health",
+    "status__circuit_state",
+    "gateway_policy__mode",
+    "gateway_policy__isolation_scope",
+    "gateway_policy__call_deadline_seconds",
+    "gateway_policy__max_call_seconds",
+    "gateway_policy__max_concurrency",
+    "gateway_policy__queue_limit",
+    "gateway_policy__idle_stop_seconds",
+    "gateway_policy__pass_identity",
+    "gateway_policy__keep_arguments",
+)
+
+
+def _server_items(table: CallTable) -> dict[int, tuple[CallTarget, ToolFacts]]:
+    """Each server granted whole to the role, as a read-class call target and the facts its
+    resources and prompts share (one query)."""
+    servers: dict[int, tuple[CallTarget, ToolFacts]] = {}
+    rows = McpServer.objects.filter(pk__in=list(table.server_access)).values(*_SERVER_FIELDS)
+    for values in rows:
+        row = {f"server__{name}": value for name, value in values.items()}
+        circuit = row["server__status__circuit_state"] or CircuitState.CLOSED
+        target = CallTarget(
+            name="",
+            server_id=values["pk"],
+            server_slug=values["slug"],
+            transport=values["transport"],
+            sandboxed=values["isolation"] == "sandbox",
+            tool_id=0,
+            tool_name="",
+            definition_hash="",
+            permission_class="read",
+            data_sensitivity=values["data_sensitivity"],
+            input_schema={},
+            policy=gateway_policy_of(row),
+            circuit_open=circuit == CircuitState.OPEN,
+            access_expires_at=table.server_access[values["pk"]],
+            upstream_auth=values["upstream_auth"] or "shared",
+        )
+        facts = ToolFacts(
+            name="",
+            server_slug=values["slug"],
+            granted=True,
+            access_ends_at=table.server_access[values["pk"]],
+            offered=True,
+            review_status=values["review_status"],
+            approval_state=ApprovalState.APPROVED,
+            approved_definition_hash="",
+            definition_hash="",
+            permission_class="read",
+            role_name=table.role_name,
+            role_classes=table.permission_classes,
+            health=row["server__status__health"] or Health.UNKNOWN,
+            hide_unhealthy=table.hide_unhealthy,
+            gateway_mode=row["server__gateway_policy__mode"] or GatewayMode.ON_DEMAND,
+            circuit_state=circuit,
+            upstream_auth=target.upstream_auth,
+        )
+        servers[values["pk"]] = (target, facts)
+    return servers
+
+
+def _judged(
+    facts: ToolFacts, *, kind: str, name: str, row: dict[str, Any]
+) -> tuple[ToolFacts, Refusal | None]:
+    """The item's facts (its own review: approved at a definition hash, awaiting approval, or
+    hidden) and the refusal of the first catalogue rule that refuses it, if any."""
+    item = replace(
+        facts,
+        name=name,
+        kind=kind,
+        approval_state=row["review_state"],
+        approved_definition_hash=row["approved_definition_hash"],
+        definition_hash=row["definition_hash"],
+    )
+    return item, first_refusal(CATALOGUE_RULES, item, Moment(now=time.time()))
+
+
+# Each item's review, what the tool_approval rule decides on for it.
+_REVIEW = ("review_state", "approved_definition_hash", "definition_hash")
+
+
+def agent_content(*, identity: Caller) -> AgentContent:
     """The resources and prompts the agent may use now; no query while the version holds."""
     table = call_table(team_id=identity.team_id, role_id=identity.role_id)
     key = (identity.team_id, identity.role_id)
-    content = _contents.get(key)
-    if content is not None and content.version == table.version:
+    content = _contents.get(key, table.version)
+    if content is not None:
         return content
-    servers: dict[int, CallTarget] = {}
-    for target in table.targets.values():
-        servers.setdefault(
-            target.server_id,
-            replace(target, tool_name="", permission_class="read", input_schema={}),
-        )
-    content = AgentContent(version=table.version)
+    servers = _server_items(table)
+    content = AgentContent(version=table.version, ratchet_seconds=table.ratchet_seconds)
     resources: list[Any] = list(
         ServerResource.objects.filter(server_id__in=list(servers)).values(
-            "server_id", "uri", "name", "title", "description", "mime_type", "is_template"
+            "server_id", "uri", "name", "title", "description", "mime_type", "is_template", *_REVIEW
         )
     )
     prompts: list[Any] = list(
         ServerPrompt.objects.filter(server_id__in=list(servers)).values(
-            "server_id", "name", "title", "description", "arguments"
+            "server_id", "name", "title", "description", "arguments", *_REVIEW
         )
     )
     for row in resources:
-        target = servers[row["server_id"]]
+        target, server_facts = servers[row["server_id"]]
         template = row["is_template"]
         uri = (namespaced_uri_template if template else namespaced_uri)(
             target.server_slug, row["uri"]
@@ -144,25 +323,29 @@ def agent_content(*, identity: AgentIdentity) -> AgentContent:
         ):
             if row[field_name]:
                 listing[key_name] = row[field_name]
+        facts, refusal = _judged(server_facts, kind=Kind.RESOURCE, name=uri, row=row)
+        if refusal is not None and refusal.code == UNKNOWN_TOOL:
+            continue  # reads like a resource never offered
         if template:
             content.templates.append(
-                TemplateEntry(target, row["uri"], template_pattern(row["uri"]), listing)
+                TemplateEntry(
+                    target, row["uri"], template_pattern(row["uri"]), listing, facts, refusal
+                )
             )
         else:
-            content.resources[uri] = ContentEntry(target, row["uri"], listing)
+            content.resources[uri] = ContentEntry(target, row["uri"], listing, facts, refusal)
     for row in prompts:
-        target = servers[row["server_id"]]
+        target, server_facts = servers[row["server_id"]]
         name = namespaced_tool_name(target.server_slug, row["name"])
         listing = {"name": name, "arguments": row["arguments"] or []}
         for field_name in ("title", "description"):
             if row[field_name]:
                 listing[field_name] = row[field_name]
-        content.prompts[name] = ContentEntry(target, row["name"], listing)
-    with _lock:
-        if len(_contents) >= _MAX:
-            _contents.clear()
-        _contents[key] = content
-    return content
+        facts, refusal = _judged(server_facts, kind=Kind.PROMPT, name=name, row=row)
+        if refusal is not None and refusal.code == UNKNOWN_TOOL:
+            continue
+        content.prompts[name] = ContentEntry(target, row["name"], listing, facts, refusal)
+    return _contents.put(key, content, table.version)
 
 
 def resource_uri_parts(uri: str) -> tuple[str, str] | None:

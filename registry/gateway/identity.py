@@ -106,14 +106,18 @@ def identity_token(
     tool: str,
     server_slug: str,
     now: float | None = None,
+    person: str = "",
+    client: str = "",
 ) -> str:
-    """A signed identity token for one call of `tool` on the server `server_slug`."""
+    """A signed identity token for one call of `tool` on the server `server_slug`. For a person
+    (an OAuth client acting for them) `sub` names the person and `client` the app; `agent` is
+    then the app too."""
     key, public = _key()
     issued = int(now if now is not None else time.time())
     claims = {
         "iss": ISSUER,
         "aud": server_audience(server_slug),
-        "sub": f"agent-token:{token_id}",
+        "sub": f"person:{person}" if person else f"agent-token:{token_id}",
         "agent": agent,
         "team": team_slug,
         "team_id": team_id,
@@ -123,4 +127,7 @@ def identity_token(
         "exp": issued + LIFETIME_SECONDS,
         "jti": secrets.token_urlsafe(12),
     }
+    if person:
+        claims["person"] = person
+        claims["client"] = client
     return jwt.encode(claims, key, algorithm=ALGORITHM, headers={"kid": public["kid"]})

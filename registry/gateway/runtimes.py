@@ -1,12 +1,7 @@
 """Where the gateway finds a stdio or sandboxed server: which runtime worker holds it, at which
 private address, and how it asks for one that is not running to be started (on demand).
 
-A runtime worker advertises its private endpoint in the cache under its owner name (renewed with
-its heartbeat). The gateway records demand for an on-demand server (`demanded_until`, written at
-most every DEMAND_WRITE_SECONDS per server and process), which makes the runtime reconcile keep it
-warm until the server's idle-stop time has passed without calls, and sends a start command so
-that the call does not wait for the next reconcile.
-"""
+More: docs/gateway.md, "Module notes"."""
 
 from __future__ import annotations
 
@@ -17,13 +12,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 
 from registry.core import task_queue
-from registry.core.cache import hot_cache
-from registry.gateway.models import GatewayMode, ServerGatewayPolicy
-from registry.servers.models import McpServer, ReviewStatus, RuntimeState, ServerStatus
+from registry.core.cache import CACHE_ERRORS, hot_cache
+from registry.servers.gateway_policy import ServerGatewayPolicy
+from registry.servers.models import RuntimeState, ServerStatus
 
 ENDPOINT_TTL_SECONDS = 60
 DEMAND_WRITE_SECONDS = 30.0
@@ -46,8 +40,18 @@ def runtime_endpoint_advertise(*, owner: str, address: str) -> None:
     hot_cache().set(_endpoint_key(owner), address, ENDPOINT_TTL_SECONDS)
 
 
+class RuntimeAddressUnavailable(Exception):
+    """Where a runtime worker listens could not be read: the cache did not answer."""
+
+
 def runtime_endpoint_address(*, owner: str) -> str | None:
-    value = hot_cache().get(_endpoint_key(owner))
+    try:
+        value = hot_cache().get(_endpoint_key(owner))
+    except CACHE_ERRORS as exc:
+        raise RuntimeAddressUnavailable(
+            "where the server's runtime worker listens could not be read: the cache (Redis) "
+            f"failed ({type(exc).__name__})"
+        ) from exc
     return str(value) if value else None
 
 
@@ -85,7 +89,8 @@ def server_runtime_location(*, server_id: int) -> RuntimeLocation:
 
 
 def server_runtime_demand(*, server_id: int, idle_stop_seconds: int, start: bool) -> None:
-    """Record that a call wants the server warm; `start` also asks a runtime worker to start it.
+    """Record that a call wants the server warm; `start` also asks a runtime worker to start it
+    (once, no retries: the call is waiting; BrokerUnavailable if the broker does not take it).
 
     The write is throttled per server and process: demand lasts `idle_stop_seconds`, far longer
     than the throttle.
@@ -107,21 +112,5 @@ def server_runtime_demand(*, server_id: int, idle_stop_seconds: int, start: bool
             args=(server_id, "start"),
             queue=task_queue.RUNTIME_QUEUE,
             expires=60,
+            retry=False,
         )
-
-
-def runtime_wanted_q() -> Q:
-    """The servers that should be kept warm: approved, and auto-start, always warm through the
-    gateway, or demanded by a recent call."""
-    return Q(review_status=ReviewStatus.APPROVED) & (
-        Q(auto_start=True)
-        | Q(gateway_policy__mode=GatewayMode.ALWAYS_WARM)
-        | Q(
-            gateway_policy__mode=GatewayMode.ON_DEMAND,
-            gateway_policy__demanded_until__gt=timezone.now(),
-        )
-    )
-
-
-def server_runtime_wanted(*, server_id: int) -> bool:
-    return McpServer.objects.filter(runtime_wanted_q(), pk=server_id).exists()

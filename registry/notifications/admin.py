@@ -1,6 +1,7 @@
-"""Webhook endpoints and their deliveries in the admin. Endpoints are added through
-`webhook_endpoint_create` (network guard, generated secret shown once, audit); deliveries are
-read-only: the workers write them."""
+"""Webhook endpoints, their deliveries and the access request e-mails in the admin. Endpoints
+are added through `webhook_endpoint_create` (network guard, generated secret shown once, audit);
+deliveries and e-mails are the outbox, read-only (the workers write them): each list shows the
+backlog (waiting, due now, the oldest, failed in 24 h), and failed ones can be made due again."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from django.template.response import TemplateResponse
 from registry.core.errors import ApplicationError
 from registry.core.service_admin import ServiceAdmin
 from registry.notifications import services
-from registry.notifications.models import WebhookDelivery, WebhookEndpoint
+from registry.notifications.models import EmailNotification, WebhookDelivery, WebhookEndpoint
 
 
 class WebhookEndpointForm(forms.ModelForm[WebhookEndpoint]):
@@ -82,17 +83,53 @@ class WebhookEndpointAdmin(ServiceAdmin[WebhookEndpoint]):
         messages.success(request, f"Turned off {queryset.count()} webhook(s).")
 
 
-@admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(admin.ModelAdmin[WebhookDelivery]):
-    list_display = ["event", "endpoint", "state", "attempts", "last_status_code", "created_at"]
-    list_filter = ["state", "event"]
-    list_select_related = ["endpoint"]
-    readonly_fields = [f.name for f in WebhookDelivery._meta.get_fields() if f.concrete]
+class OutboxAdmin(admin.ModelAdmin[Any]):
+    """Read-only outbox rows, with the backlog above the list and a retry for failed ones."""
+
+    change_list_template = "admin/notifications/outbox_change_list.html"
+    actions = ["retry_selected"]
+    kind = ""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(
-        self, request: HttpRequest, obj: WebhookDelivery | None = None
-    ) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        backlog = services.notifications_backlog()[self.kind]
+        return super().changelist_view(request, {**(extra_context or {}), "backlog": backlog})
+
+    @admin.action(description="Deliver the selected failed ones again", permissions=["view"])
+    def retry_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        if not request.user.is_superuser:
+            messages.error(request, "Only a superuser may send notifications again.")
+            return
+        count = services.notifications_retry(actor=request.user, entries=list(queryset))
+        messages.success(request, f"{count} failed notification(s) are due again.")
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(OutboxAdmin):
+    kind = "webhook"
+    list_display = [
+        "event",
+        "endpoint",
+        "state",
+        "attempts",
+        "last_status_code",
+        "next_attempt_at",
+        "created_at",
+    ]
+    list_filter = ["state", "event"]
+    list_select_related = ["endpoint"]
+    readonly_fields = [f.name for f in WebhookDelivery._meta.get_fields() if f.concrete]
+
+
+@admin.register(EmailNotification)
+class EmailNotificationAdmin(OutboxAdmin):
+    kind = "email"
+    list_display = ["event", "access_request", "state", "attempts", "next_attempt_at", "created_at"]
+    list_filter = ["state", "event"]
+    list_select_related = ["access_request"]
+    readonly_fields = [f.name for f in EmailNotification._meta.get_fields() if f.concrete]

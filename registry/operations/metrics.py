@@ -1,25 +1,13 @@
 """Prometheus metrics at `/metrics`: request metrics counted in the web processes, and the state of
 the fleet read from the database and the broker when Prometheus scrapes.
 
-- **Counted in the web processes** (`toolroom_catalogue_requests_total`, `..._seconds`): by the
-  ASGI wrapper `CatalogueMetrics`, around the fast path and Django alike. With
-  `PROMETHEUS_MULTIPROC_DIR` set (the compose stack sets it for uvicorn's workers), every process
-  writes its samples there and a scrape sums them (prometheus-client's multiprocess mode).
-- **Read at scrape time** (`FleetCollector`): discovery runs and stuck runs, servers by health,
-  last check latency and failures per server, warm runtimes by state and their restarts, queue
-  depths, access requests waiting, heartbeats' ages, readiness per component, the gateway's calls
-  of the last five minutes (from its call audit, which lags by the gateway's batch interval).
-  What the workers and the gateway do is in the database already, so they need no endpoint of
-  their own and no shared directory across containers.
-
-Access: a bearer token (`TOOLROOM_METRICS_TOKEN`) or a client address within
-`TOOLROOM_METRICS_ALLOWED_NETWORKS` (default: loopback only); anything else gets 404.
-"""
+More: docs/operations.md, "Module notes"."""
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
@@ -37,8 +25,15 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -49,7 +44,8 @@ CATALOGUE_PATH = "/api/v1/catalogue"
 
 CATALOGUE_REQUESTS = Counter(
     "toolroom_catalogue_requests",
-    "Catalogue requests by format, HTTP status and cache outcome (hit, miss, degraded, none).",
+    "Catalogue requests by format, HTTP status and cache outcome (hit, miss, degraded, "
+    "database, none).",
     ["format", "status", "cache"],
 )
 CATALOGUE_SECONDS = Histogram(
@@ -77,7 +73,9 @@ class CatalogueMetrics:
             if message["type"] == "http.response.start":
                 seen["status"] = str(message["status"])
                 headers = {k.lower(): v for k, v in message.get("headers", [])}
-                if b"x-toolroom-degraded" in headers:
+                if headers.get(b"x-toolroom-degraded") == b"database":
+                    seen["cache"] = "database"  # the last confirmed state, database away
+                elif b"x-toolroom-degraded" in headers:
                     seen["cache"] = "degraded"
                 elif b"x-toolroom-cache" in headers:
                     seen["cache"] = headers[b"x-toolroom-cache"].decode("latin-1")
@@ -103,20 +101,11 @@ class FleetCollector(Collector):
     """The fleet's state, read from the database (and the broker) at scrape time."""
 
     def collect(self) -> Iterator[Metric]:
-        from registry.core.models import ProcessHeartbeat  # noqa: PLC0415
-        from registry.operations.readiness import readiness_report  # noqa: PLC0415
-        from registry.servers.models import (  # noqa: PLC0415
-            DiscoveryRun,
-            McpServer,
-            ReviewStatus,
-            ServerStatus,
+        from registry.operations.readiness import (  # noqa: PLC0415
+            PROBE_STATEMENT_TIMEOUT_MS,
+            probe_queries,
+            readiness_report,
         )
-        from registry.servers.operations.discovery import discovery_runs_stuck  # noqa: PLC0415
-        from registry.servers.operations.runtime import runtime_display_state  # noqa: PLC0415
-        from registry.teams.models import AccessRequest  # noqa: PLC0415
-
-        now = timezone.now()
-        day_ago = now - timedelta(days=1)
 
         report = readiness_report()
         ready = GaugeMetricFamily(
@@ -129,6 +118,39 @@ class FleetCollector(Collector):
         for name, depth in report["components"]["broker"].get("queues", {}).items():
             queues.add_metric([name], depth)
         yield queues
+        # The rest reads the database, each query bounded like the probes' (a lock held by a
+        # migration must not hang the scrape): what could not be read is left out and said so.
+        failed = GaugeMetricFamily(
+            "toolroom_scrape_failed",
+            "1 if the fleet's state could not be read from the database at this scrape.",
+        )
+        try:
+            with probe_queries(timeout_ms=PROBE_STATEMENT_TIMEOUT_MS * 3):
+                fleet = list(self._fleet())
+        except Exception:
+            logger.exception("the fleet's metrics could not be read")
+            failed.add_metric([], 1.0)
+            yield failed
+            return
+        failed.add_metric([], 0.0)
+        yield failed
+        yield from fleet
+
+    def _fleet(self) -> Iterator[Metric]:
+        from registry.core.models import ProcessHeartbeat, ProcessKind  # noqa: PLC0415
+        from registry.servers.gateway_policy import runtime_wanted_q  # noqa: PLC0415
+        from registry.servers.jobs.discovery import discovery_runs_stuck  # noqa: PLC0415
+        from registry.servers.jobs.runtime import runtime_display_state  # noqa: PLC0415
+        from registry.servers.models import (  # noqa: PLC0415
+            DiscoveryRun,
+            McpServer,
+            ReviewStatus,
+            ServerStatus,
+        )
+        from registry.teams.models import AccessRequest  # noqa: PLC0415
+
+        now = timezone.now()
+        day_ago = now - timedelta(days=1)
 
         runs = GaugeMetricFamily(
             "toolroom_discovery_runs_24h", "Discovery runs requested in 24 h.", labels=["status"]
@@ -185,12 +207,16 @@ class FleetCollector(Collector):
             "toolroom_health_checks_24h", "Health checks in 24 h.", labels=["server", "outcome"]
         )
         runtimes = GaugeMetricFamily(
-            "toolroom_runtimes", "Warm runtimes by state (incl. owner lost).", labels=["state"]
+            "toolroom_runtimes",
+            "Runtimes wanted warm (auto-start, always warm, or demanded by recent calls) or held, "
+            "by state (incl. owner lost).",
+            labels=["state"],
         )
         restarts = GaugeMetricFamily(
             "toolroom_runtime_restarts", "Restarts of the current runtime.", labels=["server"]
         )
         by_state: dict[str, int] = {}
+        wanted = set(McpServer.objects.filter(runtime_wanted_q()).values_list("pk", flat=True))
         recent = Q(health_samples__checked_at__gte=day_ago)
         for server in live.select_related("status").annotate(
             checks_ok=Count("health_samples", filter=recent & Q(health_samples__ok=True)),
@@ -201,7 +227,7 @@ class FleetCollector(Collector):
                 latency.add_metric([server.slug], server_status.latency_ms)
             failures.add_metric([server.slug, "ok"], getattr(server, "checks_ok", 0))
             failures.add_metric([server.slug, "failed"], getattr(server, "checks_failed", 0))
-            if server.auto_start and server_status is not None:
+            if server_status is not None and (server.pk in wanted or server_status.runtime_owner):
                 state = runtime_display_state(server_status, now=now)
                 by_state[state] = by_state.get(state, 0) + 1
                 restarts.add_metric([server.slug], server_status.runtime_restarts)
@@ -228,19 +254,88 @@ class FleetCollector(Collector):
             "last saw them.",
             labels=["owner"],
         )
+        alive = GaugeMetricFamily(
+            "toolroom_processes_alive",
+            "Workers, runtime workers and beat with a fresh heartbeat, by role (0: none).",
+            labels=["kind"],
+        )
+        alive_by_kind = dict.fromkeys(ProcessKind.values, 0)
         by_owner: dict[str, int] = {}
         fresh = now - timedelta(seconds=settings.TOOLROOM_HEARTBEAT_STALE_SECONDS)
         for beat in ProcessHeartbeat.objects.filter(beat_at__gte=day_ago):
             ages.add_metric([beat.kind, beat.name], (now - beat.beat_at).total_seconds())
+            if beat.beat_at >= fresh:
+                alive_by_kind[beat.kind] = alive_by_kind.get(beat.kind, 0) + 1
             count = beat.details.get("sandbox_containers")
             if beat.beat_at >= fresh and isinstance(count, int):
                 owner = str(beat.details.get("sandbox_owner", beat.host))
                 by_owner[owner] = max(count, by_owner.get(owner, 0))
         for owner, count in by_owner.items():
             containers.add_metric([owner], count)
+        for kind, count in alive_by_kind.items():
+            alive.add_metric([kind], count)
+        yield alive
         yield ages
         yield containers
         yield from _gateway_calls(now)
+        yield from _quota_hits()
+        yield from _notifications()
+
+
+def _quota_hits() -> Iterator[Metric]:
+    """Calls and session opens the gateway refused for a quota, by team and limit (a counter
+    in Redis that every gateway process adds to; none without Redis)."""
+    from registry.gateway.quotas import quota_hits  # noqa: PLC0415
+
+    hits = CounterMetricFamily(
+        "toolroom_gateway_quota_hits",
+        "Requests the gateway refused for a quota (429 or an MCP error), by team and limit.",
+        labels=["team", "limit"],
+    )
+    try:
+        counted = quota_hits()
+    except Exception:  # Redis out of reach: the rest of the scrape still stands
+        logger.exception("the gateway's quota hits could not be read")
+        counted = {}
+    for (team, limit), count in sorted(counted.items()):
+        hits.add_metric([team, limit], count)
+    yield hits
+
+
+def _notifications() -> Iterator[Metric]:
+    """The notifications outbox per kind (email, webhook): what waits, what is due, the oldest
+    waiting, what was given up."""
+    from registry.notifications.services import notifications_backlog  # noqa: PLC0415
+
+    pending = GaugeMetricFamily(
+        "toolroom_notifications_pending",
+        "Notifications not delivered yet (due now or waiting for a retry), by kind.",
+        labels=["kind"],
+    )
+    due = GaugeMetricFamily(
+        "toolroom_notifications_due",
+        "Notifications due now that no worker is on, by kind (stays high: beat or workers down).",
+        labels=["kind"],
+    )
+    oldest = GaugeMetricFamily(
+        "toolroom_notifications_oldest_pending_seconds",
+        "Age of the oldest notification not delivered yet, by kind (0: none).",
+        labels=["kind"],
+    )
+    failed = GaugeMetricFamily(
+        "toolroom_notifications_failed_24h",
+        "Notifications given up in the last 24 hours, by kind.",
+        labels=["kind"],
+    )
+    for kind, backlog in notifications_backlog().items():
+        pending.add_metric([kind], backlog.pending)
+        due.add_metric([kind], backlog.due)
+        oldest.add_metric([kind], backlog.oldest_pending_seconds)
+        failed.add_metric([kind], backlog.failed_24h)
+    yield pending
+    yield due
+    yield oldest
+    yield failed
 
 
 GATEWAY_WINDOW = timedelta(minutes=5)
@@ -288,6 +383,52 @@ def _gateway_calls(now: Any) -> Iterator[Metric]:
     yield calls
     yield average
     yield slowest
+    yield from _gateway_tool_calls(now)
+
+
+def _gateway_tool_calls(now: Any) -> Iterator[Metric]:
+    """Per tool, the same five minutes: calls by outcome, and their durations in the usage
+    rollup's latency buckets (registry/gateway/models.py, `LATENCY_BUCKETS_MS`). Bounded labels:
+    server and tool slugs of the registry (only tools called in the window appear), outcome (4
+    values), le (13 values)."""
+    from registry.gateway.models import BUCKET_FIELDS, LATENCY_BUCKETS_MS, ToolCall  # noqa: PLC0415
+    from registry.gateway.usage import raw_bucket_counts  # noqa: PLC0415
+
+    calls = GaugeMetricFamily(
+        "toolroom_gateway_tool_calls_5m",
+        "Tool calls through the gateway in the last five minutes, by server, tool and outcome.",
+        labels=["server", "tool", "outcome"],
+    )
+    latency = HistogramMetricFamily(
+        "toolroom_gateway_tool_call_milliseconds_5m",
+        "Durations (ms) of the gateway's calls in the last five minutes, by server and tool "
+        "(a window, not a running total: use histogram_quantile without rate()).",
+        labels=["server", "tool"],
+    )
+    rows = (
+        ToolCall.objects.filter(started_at__gte=now - GATEWAY_WINDOW)
+        .values("server_slug", "tool_name", "outcome")
+        .annotate(count=Count("id"), total=Sum("duration_ms"), **raw_bucket_counts())
+        .order_by("server_slug", "tool_name", "outcome")
+    )
+    per_tool: dict[tuple[str, str], tuple[list[int], float]] = {}
+    for row in rows:
+        key = (row["server_slug"] or "(unknown)", row["tool_name"] or "(unknown)")
+        calls.add_metric([*key, row["outcome"]], row["count"])
+        buckets, total = per_tool.get(key, ([0] * len(BUCKET_FIELDS), 0.0))
+        per_tool[key] = (
+            [a + row[name] for a, name in zip(buckets, BUCKET_FIELDS, strict=True)],
+            total + (row["total"] or 0.0),
+        )
+    bounds = [*(str(float(b)) for b in LATENCY_BUCKETS_MS), "+Inf"]
+    for key, (buckets, total) in per_tool.items():
+        running, cumulative = 0, []
+        for bound, count in zip(bounds, buckets, strict=True):
+            running += count
+            cumulative.append((bound, float(running)))
+        latency.add_metric(list(key), buckets=cumulative, sum_value=total)
+    yield calls
+    yield latency
 
 
 def metrics_exposition() -> bytes:

@@ -1,40 +1,44 @@
 """Liveness and readiness of Toolroom: each component's state and the overall verdict.
 
-`readiness_report()` checks the database, the cache (Redis, through the catalogue's circuit), the
-broker (and its queue depths), the heartbeats of workers, runtime workers and beat, the Docker
-engine as the workers see it, discovery runs that are stuck, and warm runtimes that failed or whose
-worker is lost. Each component is `ok`,
-`degraded` or `failing`; the overall verdict is `failing` when the database is (nothing works
-without it), `degraded` when anything else is not ok (agents still get correct catalogues), else
-`ok`. Heartbeats are written by the processes themselves (`process_heartbeat_record`).
+More: docs/operations.md, "Module notes".
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
+from redis.exceptions import ResponseError
 
 from registry.core.cache import CACHE_ERRORS, cache_status, hot_cache
 from registry.core.models import ProcessHeartbeat, ProcessKind
+from registry.core.task_queue import BROKER_ERRORS, broker_failure_cause
 
 OK, DEGRADED, FAILING = "ok", "degraded", "failing"
+# What one probe query may take on PostgreSQL (a lock held by a migration, a stuck server)
+# before its component says so, and what a whole report may take (components left when it is
+# spent are reported unchecked): well under the 10 s of docker-compose.yml's health checks.
+PROBE_STATEMENT_TIMEOUT_MS = 1000
+PROBE_BUDGET_SECONDS = 5.0
+PROBE_REDIS_TIMEOUT_SECONDS = 1.0
 
 
 def process_heartbeat_record(
     *, kind: str, name: str, started_at: datetime, details: dict[str, Any]
 ) -> None:
-    """This process is alive: write its heartbeat (one upsert)."""
+    """This process is alive in this role: write its heartbeat (one upsert)."""
     ProcessHeartbeat.objects.update_or_create(
         name=name,
+        kind=kind,
         defaults={
-            "kind": kind,
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "started_at": started_at,
@@ -53,10 +57,41 @@ def process_heartbeat_fresh(*, kind: str, host: str | None = None) -> ProcessHea
     return beats.order_by("-beat_at").first()
 
 
-def _timed(check: Any) -> dict[str, Any]:
+@contextlib.contextmanager
+def probe_queries(*, timeout_ms: int = PROBE_STATEMENT_TIMEOUT_MS) -> Iterator[None]:
+    """A savepoint whose queries may each take at most `timeout_ms` on PostgreSQL (the timeout
+    in force before is put back after); elsewhere just the savepoint."""
+    with transaction.atomic():
+        if connection.vendor != "postgresql":
+            yield
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT current_setting('statement_timeout'), "
+                "set_config('statement_timeout', %s, true)",
+                [str(max(1, timeout_ms))],
+            )
+            before = cursor.fetchone()[0]
+        yield
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
+
+
+def _timed(check: Any, *, deadline: float, database: bool = True) -> dict[str, Any]:
     started = time.monotonic()
+    left_ms = int((deadline - started) * 1000)
+    if left_ms < 50:
+        return {
+            "status": FAILING,
+            "error": f"not checked: the probe's {PROBE_BUDGET_SECONDS:g} s went to the others",
+            "latency_ms": 0.0,
+        }
     try:
-        result: dict[str, Any] = check()
+        if database:
+            with probe_queries(timeout_ms=min(PROBE_STATEMENT_TIMEOUT_MS, left_ms)):
+                result: dict[str, Any] = check()
+        else:  # no query: not held up by a database that is away
+            result = check()
     except Exception as exc:
         result = {"status": FAILING, "error": f"{type(exc).__name__}: {exc}"[:300]}
     result["latency_ms"] = round((time.monotonic() - started) * 1000, 1)
@@ -86,14 +121,32 @@ def _broker() -> dict[str, Any]:
 
     url = settings.CELERY_BROKER_URL
     options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
-    with Connection(url, connect_timeout=1, transport_options=options) as conn:  # type: ignore[no-untyped-call]
-        conn.ensure_connection(max_retries=1, timeout=1)
-        queues: dict[str, int] = {}
-        if url.startswith(("redis:", "rediss:")):
-            client = conn.default_channel.client
-            prefix = options.get("global_keyprefix", "")
-            for name in settings.TOOLROOM_QUEUES_WATCHED:
-                queues[name] = int(client.llen(f"{prefix}{name}"))
+    if url.startswith(("redis:", "rediss:")):
+        # A frozen Redis accepts the connection and never answers: bound every read too.
+        options = {
+            **options,
+            "socket_timeout": PROBE_REDIS_TIMEOUT_SECONDS,
+            "socket_connect_timeout": PROBE_REDIS_TIMEOUT_SECONDS,
+        }
+    queues: dict[str, int] = {}
+    try:
+        with Connection(  # type: ignore[no-untyped-call]
+            url, connect_timeout=PROBE_REDIS_TIMEOUT_SECONDS, transport_options=options
+        ) as conn:
+            conn.ensure_connection(max_retries=1, timeout=PROBE_REDIS_TIMEOUT_SECONDS)
+            if url.startswith(("redis:", "rediss:")):
+                client = conn.default_channel.client
+                prefix = options.get("global_keyprefix", "")
+                for name in settings.TOOLROOM_QUEUES_WATCHED:
+                    queues[name] = int(client.llen(f"{prefix}{name}"))
+                # A broker that reads but refuses writes (MISCONF on a full disk) takes no task.
+                client.set(f"{prefix}toolroom-readyz", "1", ex=60)
+    except ResponseError as exc:
+        return {"status": FAILING, "error": broker_failure_cause(exc), "queues": queues}
+    except BROKER_ERRORS as exc:
+        if any(code in str(exc) for code in ("MISCONF", "READONLY", "OOM")):
+            return {"status": FAILING, "error": broker_failure_cause(exc), "queues": queues}
+        raise
     return {"status": OK, "queues": queues}
 
 
@@ -130,17 +183,20 @@ def _docker() -> dict[str, Any]:
 
 
 def _discovery() -> dict[str, Any]:
-    from registry.servers.operations.discovery import discovery_runs_stuck  # noqa: PLC0415
+    from registry.servers.jobs.discovery import discovery_runs_stuck  # noqa: PLC0415
 
     stuck = discovery_runs_stuck()
     return {"status": DEGRADED if stuck else OK, "stuck_runs": len(stuck)}
 
 
 def _runtimes() -> dict[str, Any]:
-    from registry.servers.models import ServerStatus  # noqa: PLC0415
-    from registry.servers.operations.runtime import runtime_display_state  # noqa: PLC0415
+    from registry.servers.gateway_policy import runtime_wanted_q  # noqa: PLC0415
+    from registry.servers.jobs.runtime import runtime_display_state  # noqa: PLC0415
+    from registry.servers.models import McpServer, ServerStatus  # noqa: PLC0415
 
-    wanted = ServerStatus.objects.filter(server__auto_start=True)
+    wanted = ServerStatus.objects.filter(
+        server__in=McpServer.objects.filter(runtime_wanted_q()).values("pk")
+    )
     states = [runtime_display_state(status) for status in wanted]
     failed = states.count("failed")
     lost = states.count("owner lost")
@@ -154,19 +210,24 @@ def _runtimes() -> dict[str, Any]:
 
 def readiness_report() -> dict[str, Any]:
     """Every component's state and the overall verdict (see the module's docstring)."""
-    components = {"database": _timed(_database)}
+    deadline = time.monotonic() + PROBE_BUDGET_SECONDS
+    components = {"database": _timed(_database, deadline=deadline)}
     database_ok = components["database"]["status"] == OK
-    components["cache"] = _timed(_cache)
-    components["broker"] = _timed(_broker)
+    components["cache"] = _timed(_cache, deadline=deadline, database=False)
+    components["broker"] = _timed(_broker, deadline=deadline, database=False)
     if database_ok:
-        components["workers"] = _timed(lambda: _heartbeats(ProcessKind.WORKER, required=True))
-        components["runtime_workers"] = _timed(
-            lambda: _heartbeats(ProcessKind.RUNTIME, required=_warm_runtimes_wanted())
-        )
-        components["beat"] = _timed(lambda: _heartbeats(ProcessKind.BEAT, required=True))
-        components["docker"] = _timed(_docker)
-        components["discovery"] = _timed(_discovery)
-        components["runtimes"] = _timed(_runtimes)
+        checks = {
+            "workers": lambda: _heartbeats(ProcessKind.WORKER, required=True),
+            "runtime_workers": lambda: _heartbeats(
+                ProcessKind.RUNTIME, required=_runtime_workers_needed()
+            ),
+            "beat": lambda: _heartbeats(ProcessKind.BEAT, required=True),
+            "docker": _docker,
+            "discovery": _discovery,
+            "runtimes": _runtimes,
+        }
+        for name, check in checks.items():
+            components[name] = _timed(check, deadline=deadline)
     statuses = {component["status"] for component in components.values()}
     if not database_ok:
         overall = FAILING
@@ -177,7 +238,7 @@ def readiness_report() -> dict[str, Any]:
     return {"status": overall, "components": components}
 
 
-def _warm_runtimes_wanted() -> bool:
-    from registry.servers.models import McpServer  # noqa: PLC0415
+def _runtime_workers_needed() -> bool:
+    from registry.servers.gateway_policy import runtime_workers_needed  # noqa: PLC0415
 
-    return McpServer.objects.filter(auto_start=True).exists()
+    return runtime_workers_needed()

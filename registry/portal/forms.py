@@ -10,7 +10,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.utils import timezone
 
 from registry.servers.models import McpServer, Tool
-from registry.teams.models import Team, TeamRole
+from registry.teams.models import MembershipLevel, Team, TeamRole
 
 
 class SignInForm(AuthenticationForm):
@@ -28,10 +28,28 @@ def _end_of_day(day: Any) -> datetime | None:
     return timezone.make_aware(datetime.combine(day, time(23, 59, 59)))
 
 
-class AccessRequestForm(forms.Form):
-    """What to ask for: `target` is `server:<id>` (the whole server) or `tool:<id>`."""
+class _TargetField(forms.ChoiceField):
+    """Shows some choices (what matches the search, what the team does not hold yet) and accepts
+    every requestable one, so a covered target gets the service's reason, not "choose one"."""
 
-    target = forms.ChoiceField(
+    accepted: set[str] = set()
+
+    def valid_value(self, value: Any) -> bool:
+        return str(value) in self.accepted or super().valid_value(value)
+
+
+def _matches(words: list[str], *texts: str) -> bool:
+    haystack = " ".join(texts).lower()
+    return all(word in haystack for word in words)
+
+
+class AccessRequestForm(forms.Form):
+    """What to ask for: `target` is `server:<id>` (the whole server) or `tool:<id>`. The choices
+    leave out what the team already holds for every role (`held`), and with `find` only the
+    servers and tools matching it (server name, slug, description, category; tool name, title,
+    description): a tool match lists that tool alone, not every tool of its server."""
+
+    target = _TargetField(
         label="Server or tool",
         error_messages={
             "invalid_choice": "Choose one of the approved servers or tools (the offer may have "
@@ -56,18 +74,39 @@ class AccessRequestForm(forms.Form):
         *args: Any,
         team: Team,
         targets: list[tuple[McpServer, list[Tool]]],
+        held: set[str] | None = None,
+        find: str = "",
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.team = team
         self._servers = {server.pk: server for server, _ in targets}
         self._tools = {tool.pk: tool for _, tools in targets for tool in tools}
+        held = held or set()
+        words = find.lower().split()
         choices: list[Any] = [("", "Choose a server or tool")]
+        self.shown = 0
         for server, tools in targets:
-            group = [(f"server:{server.pk}", f"{server.name}: the whole server")]
-            group += [(f"tool:{tool.pk}", f"{server.name}: {tool.name}") for tool in tools]
-            choices.append((server.name, group))
-        cast(forms.ChoiceField, self.fields["target"]).choices = choices
+            category = server.category.name if server.category_id else ""  # type: ignore[union-attr]
+            server_matches = _matches(words, server.name, server.slug, server.description, category)
+            group = []
+            if f"server:{server.pk}" not in held:
+                if server_matches:
+                    group.append((f"server:{server.pk}", f"{server.name}: the whole server"))
+                group += [
+                    (f"tool:{tool.pk}", f"{server.name}: {tool.name}")
+                    for tool in tools
+                    if f"tool:{tool.pk}" not in held
+                    and (server_matches or _matches(words, tool.name, tool.title, tool.description))
+                ]
+            if group:
+                choices.append((server.name, group))
+                self.shown += len(group)
+        field = cast(_TargetField, self.fields["target"])
+        field.choices = choices
+        field.accepted = {f"server:{pk}" for pk in self._servers} | {
+            f"tool:{pk}" for pk in self._tools
+        }
         cast(forms.ChoiceField, self.fields["role"]).choices = [("", "Every role of the team")] + [
             (str(role.pk), role.name) for role in team.roles.all()
         ]
@@ -134,3 +173,19 @@ class DeclareServersForm(forms.Form):
         required=False,
         help_text="Server slugs separated by spaces or commas; empty: none.",
     )
+
+
+class MemberForm(forms.Form):
+    """An owner adds a member or changes a level."""
+
+    who = forms.CharField(
+        label="User name or e-mail address",
+        max_length=254,
+        help_text="The person's Toolroom account (single sign-on accounts exist from their first "
+        "sign-in).",
+    )
+    level = forms.ChoiceField(label="Level", choices=MembershipLevel.choices)
+
+
+class MemberLevelForm(forms.Form):
+    level = forms.ChoiceField(label="Level", choices=MembershipLevel.choices)

@@ -19,7 +19,7 @@ from registry.catalogue.selectors import (
     catalogue_for_agent,
     catalogue_preflight,
 )
-from registry.servers.models import McpServer, Tool
+from registry.servers.models import ApprovalState, McpServer, ReviewStatus, Tool
 from registry.teams.models import (
     AccessRequest,
     AgentToken,
@@ -30,8 +30,21 @@ from registry.teams.models import (
     teams_for_user,
 )
 from registry.teams.selectors import agent_tokens_with_last_use, requestable_servers
+from registry.upstream.models import UpstreamAccount
 
 EXPIRING_SOON = timedelta(days=14)
+
+
+@dataclass(frozen=True)
+class TeamNotices:
+    """What the team holds a grant on but cannot use now, and why (the portal's notice; the
+    owners are e-mailed too, registry/notifications/changes.py)."""
+
+    changed_tools: list[Tool]  # changed upstream, waiting for review
+    unavailable_servers: list[McpServer]  # suspended or retired
+
+    def __bool__(self) -> bool:
+        return bool(self.changed_tools or self.unavailable_servers)
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,10 @@ class TeamOverview:
     level: str  # the person's membership level
     catalogues: list[Catalogue]  # one per role: what the team's agents of that role see now
     expiring: list[Grant]
+    notices: TeamNotices
+    # The person's upstream accounts' states by server slug (per-person tools' "needs your
+    # account" mark).
+    accounts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,15 @@ class BrowseServer:
     vetting: VettingSummary
     has_server: bool = False  # the team has a grant on the whole server
     tool_ids_granted: set[int] = field(default_factory=set)
+    # With a search that matched tools and not the server itself: the tools that matched, shown
+    # first; the others are folded away.
+    matched_tools: list[Tool] | None = None
+
+    @property
+    def other_tools(self) -> list[Tool]:
+        if self.matched_tools is None:
+            return []
+        return [tool for tool in self.tools if tool not in self.matched_tools]
 
 
 def portal_teams(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Team]:
@@ -82,6 +108,31 @@ def grants_expiring_soon(*, team: Team, within: timedelta = EXPIRING_SOON) -> li
     )
 
 
+def team_notices(*, team: Team) -> TeamNotices:
+    """Tools the team held (a grant on the whole server or on the tool) whose definition changed
+    upstream since their approval, and servers it holds that were suspended or retired: two
+    queries."""
+    grants = Grant.objects.active().filter(team=team)
+    changed = (
+        Tool.objects.filter(
+            approval_state=ApprovalState.CHANGED,
+            removed_at__isnull=True,
+            server__review_status=ReviewStatus.APPROVED,
+        )
+        .filter(
+            Q(server_id__in=grants.filter(tool__isnull=True).values("server_id"))
+            | Q(pk__in=grants.filter(tool__isnull=False).values("tool_id"))
+        )
+        .select_related("server")
+        .order_by("server__slug", "name")
+    )
+    unavailable = McpServer.objects.filter(
+        pk__in=grants.values("server_id"),
+        review_status__in=[ReviewStatus.SUSPENDED, ReviewStatus.RETIRED],
+    ).order_by("slug")
+    return TeamNotices(changed_tools=list(changed), unavailable_servers=list(unavailable))
+
+
 def team_overview(*, user: AbstractBaseUser, team: Team) -> TeamOverview:
     membership = Membership.objects.filter(team=team, user_id=user.pk).first()
     return TeamOverview(
@@ -91,6 +142,10 @@ def team_overview(*, user: AbstractBaseUser, team: Team) -> TeamOverview:
             catalogue_for_agent(team_id=team.pk, role_id=role.pk) for role in team.roles.all()
         ],
         expiring=grants_expiring_soon(team=team),
+        notices=team_notices(team=team),
+        accounts=dict(
+            UpstreamAccount.objects.filter(person_id=user.pk).values_list("server__slug", "state")
+        ),
     )
 
 
@@ -136,6 +191,7 @@ def browse_servers(*, team: Team | None, search: str = "") -> list[BrowseServer]
     for server in servers:
         tools: list[Tool] = list(getattr(server, "live_tools", []))
         reviewer = server.reviewed_by.get_username() if server.reviewed_by else ""
+        matched = _matched_tools(server, tools, search) if search else None
         rows.append(
             BrowseServer(
                 server=server,
@@ -147,15 +203,38 @@ def browse_servers(*, team: Team | None, search: str = "") -> list[BrowseServer]
                 ),
                 has_server=server.pk in granted_servers,
                 tool_ids_granted={t.pk for t in tools if t.pk in granted_tools},
+                matched_tools=matched,
             )
         )
     return rows
 
 
+def _matched_tools(server: McpServer, tools: list[Tool], search: str) -> list[Tool] | None:
+    """The tools the search matched, or None when the server itself matched (all its tools)."""
+    needle = search.lower()
+    category = server.category.name if server.category_id else ""  # type: ignore[union-attr]
+    if any(
+        needle in text.lower() for text in (server.name, server.slug, server.description, category)
+    ):
+        return None
+    return [t for t in tools if needle in t.name.lower() or needle in t.description.lower()]
+
+
+def held_targets(*, team: Team) -> set[str]:
+    """What the team already holds for every role, as the request form's values (`server:<id>`,
+    `tool:<id>`): left out of its choices. A grant for one role leaves the choice in (another
+    role may still need it)."""
+    grants = Grant.objects.active().filter(team=team, role__isnull=True)
+    return {
+        f"tool:{tool_id}" if tool_id else f"server:{server_id}"
+        for server_id, tool_id in grants.values_list("server_id", "tool_id")
+    }
+
+
 def team_access_requests(*, team: Team) -> list[AccessRequest]:
     return list(
         AccessRequest.objects.filter(team=team)
-        .select_related("server", "tool", "role", "requested_by")
+        .select_related("server", "tool", "role", "requested_by", "grant")
         .order_by("-created_at", "-id")[:200]
     )
 

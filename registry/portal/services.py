@@ -38,7 +38,9 @@ def oidc_team_claims(claims: Mapping[str, Any]) -> list[TeamClaim] | None:
 
     `TOOLROOM_OIDC_TEAMS_CLAIM` names the claim (a list of strings, or one string); values
     starting with `TOOLROOM_OIDC_TEAM_PREFIX` name a team by its slug after the prefix, and a value
-    ending with `TOOLROOM_OIDC_OWNER_SUFFIX` makes the person an owner of that team.
+    ending with `TOOLROOM_OIDC_OWNER_SUFFIX` makes the person an owner of that team. The prefix is
+    required (the settings refuse a claim without one): without it no value names a team, since
+    any group the provider has that happens to be named like a team would grant its membership.
     """
     claim_name: str = settings.TOOLROOM_OIDC_TEAMS_CLAIM
     if not claim_name:
@@ -47,9 +49,12 @@ def oidc_team_claims(claims: Mapping[str, Any]) -> list[TeamClaim] | None:
     values = [raw] if isinstance(raw, str) else [v for v in raw if isinstance(v, str)]
     prefix: str = settings.TOOLROOM_OIDC_TEAM_PREFIX
     owner_suffix: str = settings.TOOLROOM_OIDC_OWNER_SUFFIX
+    if not prefix:
+        logger.error("TOOLROOM_OIDC_TEAMS_CLAIM without TOOLROOM_OIDC_TEAM_PREFIX maps no team")
+        return []
     levels: dict[str, str] = {}
     for value in values:
-        if prefix and not value.startswith(prefix):
+        if not value.startswith(prefix):
             continue
         slug = value[len(prefix) :]
         level = MembershipLevel.MEMBER
@@ -169,3 +174,52 @@ def portal_access_request_create(
         justification=justification,
         wished_expires_at=wished_expires_at,
     )
+
+
+def _last_owner(team: Team, user: AbstractBaseUser) -> bool:
+    owners = Membership.objects.filter(team=team, level=MembershipLevel.OWNER)
+    return not owners.exclude(user_id=user.pk).exists()
+
+
+@transaction.atomic
+def portal_member_set(*, actor: AbstractBaseUser, team: Team, who: str, level: str) -> Membership:
+    """An owner adds a person (by user name or e-mail address, an active account) to the team or
+    changes their level, through `team_member_set` (audited). The team's last owner stays an
+    owner: a team nobody can manage from the portal is an admin's to fix."""
+    who = who.strip()
+    users = get_user_model()._default_manager.filter(is_active=True)
+    found = list(users.filter(username=who)[:1]) or list(users.filter(email__iexact=who)[:2])
+    if len(found) != 1:
+        raise ApplicationError(
+            f"No single Toolroom account is named or reached at '{who}'. People who sign in "
+            "with single sign-on have an account from their first sign-in.",
+            field="who",
+        )
+    user = found[0]
+    Team.objects.select_for_update().get(pk=team.pk)  # one owner change at a time
+    membership = Membership.objects.filter(team=team, user_id=user.pk).first()
+    if (
+        membership is not None
+        and membership.level == MembershipLevel.OWNER
+        and level != MembershipLevel.OWNER
+        and _last_owner(team, user)
+    ):
+        raise ApplicationError(
+            f"{user.get_username()} is the last owner of {team.name}: make someone else an "
+            "owner first.",
+            field="level",
+        )
+    return team_services.team_member_set(actor=actor, team=team, user=user, level=level)
+
+
+@transaction.atomic
+def portal_member_remove(*, actor: AbstractBaseUser, team: Team, membership: Membership) -> None:
+    """An owner removes a member (through `team_member_remove`, audited); never the last
+    owner."""
+    Team.objects.select_for_update().get(pk=team.pk)
+    if membership.level == MembershipLevel.OWNER and _last_owner(team, membership.user):
+        raise ApplicationError(
+            f"{membership.user.get_username()} is the last owner of {team.name}: make someone "
+            "else an owner first."
+        )
+    team_services.team_member_remove(actor=actor, team=team, user=membership.user)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import include, path
 
-from registry.portal import views
+from registry.portal import consent, upstream_accounts, views
 
 app_name = "portal"
 
@@ -13,6 +13,14 @@ urlpatterns = [
     path("sign-in/", views.SignInView.as_view(), name="sign-in"),
     path("sign-out/", views.SignOutView.as_view(), name="sign-out"),
     path("browse/", views.browse, name="browse"),
+    path("apps/", consent.connected_apps, name="apps"),
+    path("apps/<int:pk>/revoke/", consent.connected_app_revoke, name="app-revoke"),
+    path("calls/", consent.my_calls, name="my-calls"),
+    path("accounts/", upstream_accounts.upstream_accounts, name="upstream-accounts"),
+    path("accounts/callback/", upstream_accounts.upstream_callback, name="upstream-callback"),
+    path("accounts/<slug:slug>/link/", upstream_accounts.upstream_link, name="upstream-link"),
+    path("accounts/<slug:slug>/secret/", upstream_accounts.upstream_secret, name="upstream-secret"),
+    path("accounts/<slug:slug>/unlink/", upstream_accounts.upstream_unlink, name="upstream-unlink"),
     path("teams/<slug:slug>/", views.team_detail, name="team"),
     path("teams/<slug:slug>/requests/", views.access_requests, name="requests"),
     path(
@@ -22,6 +30,17 @@ urlpatterns = [
     ),
     path("teams/<slug:slug>/owners/", views.owners, name="owners"),
     path("teams/<slug:slug>/owners/tokens/", views.agent_token_create, name="token-create"),
+    path("teams/<slug:slug>/owners/members/", views.member_set, name="member-set"),
+    path(
+        "teams/<slug:slug>/owners/members/<int:pk>/level/",
+        views.member_level,
+        name="member-level",
+    ),
+    path(
+        "teams/<slug:slug>/owners/members/<int:pk>/remove/",
+        views.member_remove,
+        name="member-remove",
+    ),
     path(
         "teams/<slug:slug>/owners/tokens/<int:pk>/revoke/",
         views.agent_token_revoke,

@@ -15,28 +15,48 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from registry.catalogue.explain import access_explain, tool_for_agent_name
+from registry.access.explain import access_explain, tool_for_agent_name, tool_names_to_pick
 from registry.catalogue.selectors import catalogue_for_agent
 from registry.core.api_errors import api_not_found
 from registry.core.errors import ApplicationError
+from registry.core.secret_fields import decrypt_text, encrypt_text
 from registry.portal import selectors
 from registry.portal.connect import connect_snippets
 from registry.portal.forms import (
     AccessRequestForm,
     AgentTokenForm,
     DeclareServersForm,
+    MemberForm,
+    MemberLevelForm,
     SignInForm,
     parse_slugs,
 )
-from registry.portal.services import portal_access_request_create
+from registry.portal.services import (
+    portal_access_request_create,
+    portal_member_remove,
+    portal_member_set,
+)
 from registry.teams import services as team_services
-from registry.teams.models import AccessRequest, AgentToken, Team
+from registry.teams.models import AccessRequest, AgentToken, Membership, Team
+
+# The session key under which a new agent token waits, encrypted, for the one page that shows it.
+JUST_CREATED = "portal_just_created"
 
 TeamView = Callable[..., HttpResponse]
+
+
+class PersonRequest(HttpRequest):
+    """A request behind `login_required`: its user is a signed-in person (django-stubs' way of
+    saying so); `team_page` also records whether that person owns the team."""
+
+    user: User
+    portal_team_is_owner: bool
 
 
 def _oidc_enabled() -> bool:
@@ -91,14 +111,14 @@ def team_page(*, owners_only: bool = False) -> Callable[[TeamView], TeamView]:
     def decorate(view: TeamView) -> TeamView:
         @login_required
         @wraps(view)
-        def wrapper(request: HttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(request: PersonRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
             team = selectors.portal_team(user=request.user, slug=slug)
             if team is None:
                 return refused(request, 404, NOT_YOURS)
             is_owner = selectors.portal_is_owner(user=request.user, team=team)
             if owners_only and not is_owner:
                 return refused(request, 403, "Only the team's owners may see and do this.")
-            request.portal_team_is_owner = is_owner  # type: ignore[attr-defined]
+            request.portal_team_is_owner = is_owner
             return view(request, team, *args, **kwargs)
 
         return wrapper
@@ -126,18 +146,18 @@ def landing(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: PersonRequest) -> HttpResponse:
     """My teams: for each team and role, the tools usable now; grants that end soon."""
     overviews = [
-        selectors.team_overview(user=request.user, team=team)  # type: ignore[arg-type]
+        selectors.team_overview(user=request.user, team=team)
         for team in selectors.portal_teams(user=request.user)
     ]
     return render(request, "portal/home.html", _context(request, None, "home", overviews=overviews))
 
 
 @team_page()
-def team_detail(request: HttpRequest, team: Team) -> HttpResponse:
-    overview = selectors.team_overview(user=request.user, team=team)  # type: ignore[arg-type]
+def team_detail(request: PersonRequest, team: Team) -> HttpResponse:
+    overview = selectors.team_overview(user=request.user, team=team)
     return render(request, "portal/team.html", _context(request, team, "team", overview=overview))
 
 
@@ -157,16 +177,24 @@ def browse(request: HttpRequest) -> HttpResponse:
 
 
 @team_page()
-def access_requests(request: HttpRequest, team: Team) -> HttpResponse:
+def access_requests(request: PersonRequest, team: Team) -> HttpResponse:
     """Ask for access; the team's requests with their state and the decision's reason."""
     targets = selectors.requestable_targets(team=team)
     initial = {"target": request.GET.get("target", "")}
-    form = AccessRequestForm(request.POST or None, team=team, targets=targets, initial=initial)
+    find = request.GET.get("find", "").strip()[:200]
+    form = AccessRequestForm(
+        request.POST or None,
+        team=team,
+        targets=targets,
+        held=selectors.held_targets(team=team),
+        find=find,
+        initial=initial,
+    )
     if request.method == "POST" and form.is_valid():
         server, tool = form.cleaned_data["target"]
         try:
             portal_access_request_create(
-                actor=request.user,  # type: ignore[arg-type]
+                actor=request.user,
                 team=team,
                 server=server,
                 tool=tool,
@@ -187,6 +215,7 @@ def access_requests(request: HttpRequest, team: Team) -> HttpResponse:
             team,
             "requests",
             form=form,
+            find=find,
             requests=selectors.team_access_requests(team=team),
         ),
     )
@@ -216,13 +245,14 @@ def _owners_page(
     team: Team,
     *,
     form: AgentTokenForm | None = None,
-    created: team_services.CreatedToken | None = None,
+    member_form: MemberForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
     tokens = selectors.team_agent_tokens(team=team)
     preflights = selectors.agent_token_preflights(team=team, tokens=tokens)
     for token in tokens:
         token.preflight = preflights.get(token.pk)  # type: ignore[attr-defined]
+    created = _created_token(request, team)
     response = render(
         request,
         "portal/owners.html",
@@ -234,13 +264,24 @@ def _owners_page(
             roles=list(team.roles.all()),
             tokens=tokens,
             form=form or AgentTokenForm(team=team),
+            member_form=member_form or MemberForm(initial={"level": "member"}),
             created=created,
         ),
         status=status,
     )
-    if created is not None:
-        response["Cache-Control"] = "no-store"  # the token is shown once: keep it out of caches
+    # The token is shown once, on the page the creation redirected to: never cached, and gone
+    # from the session as soon as it is read (a reload shows the list, never re-posts).
+    response["Cache-Control"] = "no-store"
     return response
+
+
+def _created_token(request: HttpRequest, team: Team) -> dict[str, str] | None:
+    if request.method != "GET":  # only the page the creation redirected to shows it
+        return None
+    kept = request.session.pop(JUST_CREATED, None)
+    if not isinstance(kept, dict) or kept.get("team") != team.slug:
+        return None
+    return {"name": str(kept["name"]), "plain": decrypt_text(str(kept["secret"]))}
 
 
 @team_page(owners_only=True)
@@ -251,7 +292,7 @@ def owners(request: HttpRequest, team: Team) -> HttpResponse:
 
 @require_POST
 @team_page(owners_only=True)
-def agent_token_create(request: HttpRequest, team: Team) -> HttpResponse:
+def agent_token_create(request: PersonRequest, team: Team) -> HttpResponse:
     form = AgentTokenForm(request.POST, team=team)
     if not form.is_valid():
         return _owners_page(request, team, form=form, status=400)
@@ -268,7 +309,86 @@ def agent_token_create(request: HttpRequest, team: Team) -> HttpResponse:
     except ApplicationError as exc:
         _form_error(form, exc, default_field="name")
         return _owners_page(request, team, form=form, status=400)
-    return _owners_page(request, team, created=created)
+    # Post, redirect, get: the secret waits (encrypted with TOOLROOM_SECRETS_KEY) for the page
+    # the browser is sent to, which shows it once.
+    request.session[JUST_CREATED] = {
+        "team": team.slug,
+        "name": created.token.name,
+        "secret": encrypt_text(created.plain),
+    }
+    return redirect(f"{reverse('portal:owners', args=[team.slug])}#created-title")
+
+
+@require_POST
+@team_page(owners_only=True)
+def member_set(request: PersonRequest, team: Team) -> HttpResponse:
+    """Add a member or change a level (audited as team.member_set)."""
+    form = MemberForm(request.POST)
+    if not form.is_valid():
+        return _owners_page(request, team, member_form=form, status=400)
+    try:
+        membership = portal_member_set(
+            actor=request.user,
+            team=team,
+            who=form.cleaned_data["who"],
+            level=form.cleaned_data["level"],
+        )
+    except ApplicationError as exc:
+        _form_error(form, exc, default_field="who")
+        return _owners_page(request, team, member_form=form, status=400)
+    messages.success(
+        request,
+        f"{membership.user.get_username()} is {membership.get_level_display().lower()} of "
+        f"{team.name}.",
+    )
+    return redirect("portal:owners", slug=team.slug)
+
+
+@require_POST
+@team_page(owners_only=True)
+def member_level(request: PersonRequest, team: Team, pk: int) -> HttpResponse:
+    membership = Membership.objects.filter(pk=pk, team=team).select_related("user").first()
+    if membership is None:
+        return refused(request, 404, "Your team has no such member.")
+    form = MemberLevelForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose owner or member.")
+        return redirect("portal:owners", slug=team.slug)
+    try:
+        updated = portal_member_set(
+            actor=request.user,
+            team=team,
+            who=membership.user.get_username(),
+            level=form.cleaned_data["level"],
+        )
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request, f"{updated.user.get_username()} is {updated.get_level_display().lower()}."
+        )
+    return redirect("portal:owners", slug=team.slug)
+
+
+@require_POST
+@team_page(owners_only=True)
+def member_remove(request: PersonRequest, team: Team, pk: int) -> HttpResponse:
+    membership = Membership.objects.filter(pk=pk, team=team).select_related("user").first()
+    if membership is None:
+        return refused(request, 404, "Your team has no such member.")
+    try:
+        portal_member_remove(
+            actor=request.user,
+            team=team,
+            membership=membership,
+        )
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"{membership.user.get_username()} left {team.name}.")
+    if membership.user_id == request.user.pk:
+        return redirect("portal:home")  # they removed themselves: no owner page any more
+    return redirect("portal:owners", slug=team.slug)
 
 
 @require_POST
@@ -340,5 +460,13 @@ def explain(request: HttpRequest, team: Team) -> HttpResponse:
     return render(
         request,
         "portal/explain.html",
-        _context(request, team, "explain", name=name, error=error, explanations=explanations),
+        _context(
+            request,
+            team,
+            "explain",
+            name=name,
+            error=error,
+            explanations=explanations,
+            tool_names=tool_names_to_pick(team=team),
+        ),
     )

@@ -1,28 +1,6 @@
 """The order of search results: one BM25F ranking, the same on every database.
 
-The database's full-text search decides which tools match a query (registry.search.selectors:
-PostgreSQL's GIN-indexed tsvector, SQLite's FTS5); this module orders the matching tools an
-agent may call. Ordering here rather than with `ts_rank` or FTS5's `bm25` is what makes both
-databases give the same answer: the two rankers differ in kind (bm25 weighs rare words up and
-normalises by length, ts_rank counts weighted occurrences), so no choice of weights made them
-agree (docs/search.md has the numbers).
-
-A `SearchModel` holds the term statistics of one collection: an agent's catalogue (the tools it
-may call), built once per catalogue version. Word statistics therefore come from what the agent
-may see, never from other teams' tools. The score of a tool is BM25F (Robertson and Zaragoza,
-"The Probabilistic Relevance Framework", 2009): per query term, the field-weighted,
-length-normalised term frequency saturated by `K1`, times the term's inverse document frequency.
-A query term of at least `PREFIX_MIN_LENGTH` characters also matches the longer terms it begins
-(`auth` -> `authent`, `repo` -> `repositori`), at `PREFIX_WEIGHT`, exactly as the databases'
-prefix queries do. Ties go to the tool's namespaced name.
-
-`SearchModel.expanded` adds, for a query term no tool of the collection holds, the related stems
-the English thesaurus (registry.search.thesaurus, from WordNet) has and the collection holds
-(`clock` -> `time`, `licence` -> `license`, `large` -> `size`), at `THESAURUS_WEIGHT`; the caller
-has the database match them with the query's own.
-
-The weights were chosen before looking at any task and then tuned only on the labelled set's
-`tune` tasks (tests/data/search/tasks.json; docs/search.md says how the split is used).
+More: docs/search.md, "Module notes".
 """
 
 from __future__ import annotations

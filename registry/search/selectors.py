@@ -1,19 +1,6 @@
 """Matching tools against a query with the database's own full-text search.
 
-`tool_search_match` returns the ids of every indexed tool whose text holds one of the query's
-terms (OR-ed: a task in plain words rarely has every word in a tool's text); a term of at least
-`PREFIX_MIN_LENGTH` characters also matches the longer terms it begins. The terms are stems made
-by registry.search.text, and the index holds stems made the same way, so both databases match
-exactly the same tools:
-
-- PostgreSQL: a raw `tsquery` (`term:*` for a prefix) against the tsvector of the `simple`
-  configuration: the SQL django.contrib.postgres.search's `SearchQuery(search_type="raw")`
-  makes, written out (building it through the ORM cost more CPU than PostgreSQL's match);
-  the planner picks the GIN index or a scan of the table, whichever is cheaper.
-- SQLite: an FTS5 `MATCH` (`"term"*` for a prefix) against `search_tool_fts` (`unicode61`).
-
-What the agent may call, and the order, are decided by the caller (registry.catalogue.search and
-registry.search.ranking): the index holds every offered tool, approved or not.
+More: docs/search.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """How tool definitions and agents' queries become terms, the same way for every database.
 
-Both databases split and stem on their own too, but not alike (PostgreSQL keeps `git-log` whole
-beside its parts, SQLite does not; neither splits `readFile`; PostgreSQL stems with Snowball's
-English stemmer, SQLite's FTS5 with the older Porter one), so the index holds terms made here:
-words split on `_`, `-`, `.`, `/` and camelCase, lower case, common English stop words dropped,
-each stemmed by Snowball's English stemmer (`snowballstemmer`, the algorithm PostgreSQL's
-`english` configuration uses). Both databases then index these terms as they are (PostgreSQL's
-`simple` configuration, FTS5's `unicode61` tokenizer without `porter`), and queries become terms
-the same way: a database matches exactly the terms the shared ranking (registry.search.ranking)
-counts.
-
-A query also searches for the words tool texts use where agents' tasks say it otherwise
-(`QUERY_SYNONYMS`, `QUERY_PHRASES`: `folder` -> `directory`, `make` -> `create`, `on call` ->
-`oncall`): those terms are matched by the database like the query's own and counted by the
-ranking at `EXPANSION_WEIGHT`, so a tool named in the task's own words still comes first. The
-map was written from the labelled set's tuning tasks only (docs/search.md).
+More: docs/search.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from registry.core.netguard import UnsafeUrlError, check_server_url
+from registry.core.secret_fields import MASK
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -66,6 +67,11 @@ def check_url(url: str, *, allowed_networks: Iterable[str]) -> str:
         raise LaunchSpecError("url", str(exc)) from exc
 
 
+# What the pages show instead of a stored secret is never a secret itself (a renamed masked entry
+# would otherwise store the mask).
+_MASK_IS_NO_VALUE = f"The value of {{name}} is the mask {MASK}, not a secret: type the value."
+
+
 def check_env(env: Mapping[str, Any]) -> None:
     for name, value in env.items():
         if not ENV_NAME.match(name):
@@ -76,6 +82,8 @@ def check_env(env: Mapping[str, Any]) -> None:
             raise LaunchSpecError("env", f"The value of {name} must be text.")
         if "\x00" in value:
             raise LaunchSpecError("env", f"The value of {name} contains a NUL character.")
+        if MASK in value:
+            raise LaunchSpecError("env", _MASK_IS_NO_VALUE.format(name=name))
 
 
 def check_headers(headers: Mapping[str, Any]) -> None:
@@ -86,6 +94,8 @@ def check_headers(headers: Mapping[str, Any]) -> None:
             raise LaunchSpecError("headers", f"The value of header {name} must be text.")
         if "\r" in value or "\n" in value or "\x00" in value:
             raise LaunchSpecError("headers", f"The value of header {name} contains a line break.")
+        if MASK in value:
+            raise LaunchSpecError("headers", _MASK_IS_NO_VALUE.format(name=f"header {name}"))
 
 
 def check_egress_allowlist(entries: Any) -> list[str]:

@@ -6,17 +6,23 @@ import difflib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, When
 
 from registry.core.canonical import pretty_json
 from registry.servers.models import (
     ApprovalEndReason,
     ApprovalState,
     McpServer,
+    ReviewStatus,
     Tool,
     ToolApproval,
     ToolRevision,
 )
+
+# The servers whose tools wait for a decision: those in review or in use. A draft's tools wait for
+# the server to be submitted first; a retired or rejected server's tools cannot be approved. The
+# review queue, the fleet page and the server list's Awaiting column all count these alone.
+AWAITING_SERVER_STATES = (ReviewStatus.PENDING_REVIEW, ReviewStatus.APPROVED)
 
 
 class ToolCounts(TypedDict):
@@ -24,7 +30,7 @@ class ToolCounts(TypedDict):
 
     tools_total: int
     tools_approved: int
-    tools_awaiting: int
+    tools_awaiting: int | None
 
 
 if TYPE_CHECKING:  # an alias for the type checker (the plugin reads the two arguments)
@@ -44,7 +50,15 @@ def server_list_with_tool_counts() -> QuerySet[ServerWithToolCounts]:
     return McpServer.objects.select_related("category", "status").annotate(
         tools_total=Count("tools", filter=live),
         tools_approved=Count("tools", filter=approved),
-        tools_awaiting=F("tools_total") - F("tools_approved"),
+        # None for a server whose tools are not awaited (AWAITING_SERVER_STATES).
+        tools_awaiting=Case(
+            When(
+                review_status__in=AWAITING_SERVER_STATES,
+                then=F("tools_total") - F("tools_approved"),
+            ),
+            default=None,
+            output_field=IntegerField(),
+        ),
     )
 
 

@@ -1,9 +1,7 @@
-"""The signal servers and tools send when what agents may see of them could have changed.
+"""The signals servers and tools send, so that the apps above that keep something derived from
+them (the catalogue's versions, the search index) hear of changes without being imported.
 
-Sent after the transaction commits, with `server_ids` (the servers concerned) and `reason` (a
-short machine-readable word such as "tool.approved"). The catalogue listens to invalidate its
-caches; nothing else should need it.
-"""
+More: docs/architecture.md, "Module notes"."""
 
 from __future__ import annotations
 
@@ -13,6 +11,9 @@ from django.db import transaction
 from django.dispatch import Signal
 
 server_visibility_changed = Signal()
+server_tools_changed = Signal()
+tool_approvals_dropped = Signal()
+server_review_changed = Signal()
 
 
 def announce_visibility_change(*, server_ids: Iterable[int], reason: str) -> None:
@@ -23,3 +24,10 @@ def announce_visibility_change(*, server_ids: Iterable[int], reason: str) -> Non
     transaction.on_commit(
         lambda: server_visibility_changed.send(sender=None, server_ids=ids, reason=reason)
     )
+
+
+def announce_tools_change(*, server_ids: Iterable[int]) -> None:
+    """Send `server_tools_changed` now, inside the caller's transaction."""
+    ids = sorted(set(server_ids))
+    if ids:
+        server_tools_changed.send(sender=None, server_ids=ids)

@@ -5,9 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+
 from registry.core.canonical import definition_hash
 from registry.servers.models import PermissionClass
 from registry.servers.policy import TrustTier
+
+# A stored tool's `execution.taskSupport`, as a query expression ("required": it may be called
+# only as a task, MCP's tasks extension, which the gateway does not support yet).
+TASK_SUPPORT = KeyTextTransform("taskSupport", KeyTransform("execution", "definition"))
+TASK_REQUIRED_REASON = (
+    'it must be called as a task (its definition\'s execution.taskSupport is "required": the '
+    "MCP tasks extension), which Toolroom's gateway does not support yet"
+)
 
 
 @dataclass(frozen=True)

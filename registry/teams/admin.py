@@ -18,8 +18,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 
-from registry.catalogue.explain import access_explain, tool_by_name
+from registry.core.admin_contributions import ContributedPage
 from registry.core.admin_ids import object_id_or_404
 from registry.core.errors import ApplicationError
 from registry.core.service_admin import ServiceAdmin
@@ -44,6 +45,9 @@ class MembershipInline(admin.TabularInline[Membership, Team]):
     extra = 1
     fields = ["user", "level"]
     autocomplete_fields = ["user"]
+    # A member's roles (what they may act as through the apps they sign in to) are edited on the
+    # membership's own page: a choice list per row here would cost a query per member.
+    show_change_link = True
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Membership]:
         # Each row's title names the user and the team: one query, not two per row.
@@ -57,11 +61,11 @@ class TeamRoleInline(admin.TabularInline[TeamRole, Team]):
 
 
 @admin.register(Team)
-class TeamAdmin(ServiceAdmin[Team]):
+class TeamAdmin(ServiceAdmin[Team], ContributedPage[Team]):
     change_form_template = "admin/teams/team/change_form.html"
     list_display = ["name", "slug", "members_count", "grants_count", "agents_count"]
     search_fields = ["name", "slug"]
-    fields = ["name", "slug", "description"]
+    fields = ["name", "slug", "description", "ratchet_window_seconds"]
     inlines = [MembershipInline, TeamRoleInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
@@ -91,6 +95,13 @@ class TeamAdmin(ServiceAdmin[Team]):
                 services.team_delete(actor=request.user, team=team)
 
     def save_model(self, request: HttpRequest, obj: Team, form: Any, change: bool) -> None:
+        if "ratchet_window_seconds" in form.changed_data and change:
+            self.try_service(
+                request,
+                lambda: services.team_ratchet_window_set(
+                    actor=request.user, team=obj, seconds=obj.ratchet_window_seconds
+                ),
+            )
         if change and not {"name", "description"} & set(form.changed_data):
             return
         if change:
@@ -193,45 +204,6 @@ class TeamAdmin(ServiceAdmin[Team]):
                 .select_related("server", "tool", "role", "requested_by")[:200]
             )
         return super().change_view(request, object_id, form_url, context)
-
-    def get_urls(self) -> list[URLPattern]:
-        return [
-            path(
-                "<path:object_id>/why-not/",
-                self.admin_site.admin_view(self.why_not_view),
-                name="teams_team_why_not",
-            ),
-            *super().get_urls(),
-        ]
-
-    def why_not_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """ "Why not?": the team's access to one tool, by name, for each of its roles."""
-        team = self.get_object(request, object_id)
-        if team is None or not self.has_view_permission(request, team):
-            raise PermissionDenied
-        name = request.GET.get("tool", "").strip()[:200]
-        tool = tool_by_name(name=name) if name else None
-        explanations = (
-            [
-                access_explain(team=team, role=role, tool=tool)
-                for role in team.roles.order_by("name")
-            ]
-            if tool is not None
-            else []
-        )
-        return TemplateResponse(
-            request,
-            "admin/catalogue/team_explain.html",
-            {
-                **self.admin_site.each_context(request),
-                "opts": self.opts,
-                "title": f"Why not? Access of {team}",
-                "team": team,
-                "name": name,
-                "error": f"No tool is named '{name}'." if name and tool is None else "",
-                "explanations": explanations,
-            },
-        )
 
 
 def _expiry_picker() -> forms.DateTimeInput:
@@ -369,6 +341,7 @@ class AccessRequestAdmin(admin.ModelAdmin[AccessRequest]):
         "role",
         "justification",
         "wished_expires_at",
+        "granted_until",
         "state",
         "waiting_for",
         "requested_by",
@@ -384,6 +357,15 @@ class AccessRequestAdmin(admin.ModelAdmin[AccessRequest]):
     def decided_by(self, obj: AccessRequest) -> str:
         return obj.decided_by_label or "-"
 
+    @admin.display(description="Granted until")
+    def granted_until(self, obj: AccessRequest) -> str:
+        """The end the approval gave (it may be sooner than wished), beside the wished one."""
+        if obj.grant is None:
+            return "-"
+        if obj.grant.expires_at is None:
+            return "no end"
+        return timezone.localtime(obj.grant.expires_at).strftime("%Y-%m-%d %H:%M")
+
     @admin.display(description="Waiting for")
     def waiting_for(self, obj: AccessRequest) -> str:
         return services.access_request_waiting_for(obj) or "-"
@@ -393,6 +375,14 @@ class AccessRequestAdmin(admin.ModelAdmin[AccessRequest]):
 
     def has_delete_permission(self, request: HttpRequest, obj: AccessRequest | None = None) -> bool:
         return False
+
+    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        # Read-only: no Save (Approve and Deny stand where it would be), and a POST changes nothing.
+        if request.method == "POST":
+            raise PermissionDenied
+        shown = {f"show_{b}": False for b in ("save", "save_and_continue", "save_and_add_another")}
+        kwargs["extra_context"] = {**(kwargs.get("extra_context") or {}), **shown}
+        return super().change_view(request, *args, **kwargs)
 
     def get_urls(self) -> list[URLPattern]:
         return [
@@ -564,3 +554,47 @@ class AgentTokenAdmin(ServiceAdmin[AgentToken]):
             lambda token: services.agent_token_revoke(actor=request.user, token=token),
         )
         self.message_user(request, f"Revoked {done} agent token(s).", messages.SUCCESS)
+
+
+@admin.register(Membership)
+class MembershipAdmin(ServiceAdmin[Membership]):
+    """One membership: its level and the roles the member may act as through the apps they sign
+    in to (owners may act as every role). Members are added on the team's page."""
+
+    list_display = ["user", "team", "level"]
+    list_filter = ["team", "level"]
+    search_fields = ["user__username", "team__slug"]
+    list_select_related = ["user", "team"]
+    fields = ["user", "team", "level", "roles"]
+    readonly_fields = ["user", "team"]
+    filter_horizontal = ["roles"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        self._team_id = obj.team_id if obj is not None else None  # its roles are the team's own
+        return super().get_form(request, obj, change, **kwargs)
+
+    def formfield_for_manytomany(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "roles":
+            team_id: int = getattr(self, "_team_id", None) or 0
+            kwargs["queryset"] = TeamRole.objects.filter(team_id=team_id)
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: Membership, form: Any, change: bool) -> None:
+        self.run_service(
+            request,
+            lambda: services.team_member_set(
+                actor=request.user,
+                team=obj.team,
+                user=obj.user,
+                level=obj.level,
+                roles=form.cleaned_data.get("roles", []),
+            ),
+        )
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        """The service set the roles."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q, Value
 from django.db.models.functions import Coalesce
@@ -82,6 +83,16 @@ class Team(models.Model):
     tool_exposure = models.CharField(
         max_length=10, choices=ToolExposure.choices, default=ToolExposure.ALL
     )
+    # The private-data ratchet's window for this team's tokens and people (docs/gateway.md);
+    # None: TOOLROOM_GATEWAY_RATCHET_WINDOW_SECONDS.
+    ratchet_window_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(60)],
+        help_text="How long after a confidential read this team's tokens (and people) stay "
+        "refused connect-class tools, in seconds (at least 60). Empty: the installation's "
+        "default (TOOLROOM_GATEWAY_RATCHET_WINDOW_SECONDS).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -150,6 +161,15 @@ class Membership(models.Model):
     level = models.CharField(
         max_length=10, choices=MembershipLevel.choices, default=MembershipLevel.MEMBER
     )
+    # Which of the team's roles the person may act as through an MCP client they sign in with
+    # (OAuth, docs/authentication.md). Owners may act as every role of the team.
+    roles = models.ManyToManyField(
+        TeamRole,
+        blank=True,
+        related_name="+",
+        help_text="The roles this member may act as through the apps they sign in to (owners: "
+        "every role).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -164,6 +184,11 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team} ({self.level})"
+
+    def clean(self) -> None:
+        # Only checkable once saved (a many-to-many needs the row); the service checks before.
+        if self.pk is not None and self.roles.exclude(team_id=self.team_id).exists():
+            raise ValidationError({"roles": "A member may only act as roles of their own team."})
 
 
 class TeamOwnedQuerySet(models.QuerySet[Any]):
@@ -216,6 +241,9 @@ class Grant(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by_label = models.CharField(max_length=200, blank=True)
     revoke_reason = models.TextField(blank=True)
+    # When the team's owners were told that it ends soon (registry/notifications/changes.py);
+    # cleared when the end moves.
+    expiry_notice_sent_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = GrantQuerySet.as_manager()
 
@@ -238,8 +266,10 @@ class Grant(models.Model):
         ]
 
     def __str__(self) -> str:
-        what = f"{self.server.slug}/{self.tool.name}" if self.tool_id else self.server.slug  # type: ignore[union-attr]
-        return f"{what} to {self.team.slug}" + (f" ({self.role.name})" if self.role_id else "")  # type: ignore[union-attr]
+        what = f"{self.server.slug}/{self.tool.name}" if self.tool is not None else self.server.slug
+        return f"{what} to {self.team.slug}" + (
+            f" ({self.role.name})" if self.role is not None else ""
+        )
 
     @property
     def is_active(self) -> bool:
@@ -249,9 +279,9 @@ class Grant(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, str] = {}
-        if self.tool_id and self.server_id and self.tool.server_id != self.server_id:  # type: ignore[union-attr]
+        if self.tool is not None and self.server_id and self.tool.server_id != self.server_id:
             errors["tool"] = "The tool must belong to the granted server."
-        if self.role_id and self.team_id and self.role.team_id != self.team_id:  # type: ignore[union-attr]
+        if self.role is not None and self.team_id and self.role.team_id != self.team_id:
             errors["role"] = "The role must be one of the team's roles."
         if self._state.adding and self.expires_at is not None and self.expires_at <= timezone.now():
             errors["expires_at"] = "The expiry must be in the future."
@@ -315,16 +345,16 @@ class AccessRequest(models.Model):
         indexes = [models.Index(fields=["state", "-created_at"], name="access_request_state_idx")]
 
     def __str__(self) -> str:
-        what = f"{self.server.slug}/{self.tool.name}" if self.tool_id else self.server.slug  # type: ignore[union-attr]
+        what = f"{self.server.slug}/{self.tool.name}" if self.tool is not None else self.server.slug
         return f"{self.team.slug} asks for {what}"
 
     def clean(self) -> None:
         errors: dict[str, str] = {}
         if not self.justification.strip():
             errors["justification"] = "Say why the team needs this access."
-        if self.tool_id and self.server_id and self.tool.server_id != self.server_id:  # type: ignore[union-attr]
+        if self.tool is not None and self.server_id and self.tool.server_id != self.server_id:
             errors["tool"] = "The tool must belong to the requested server."
-        if self.role_id and self.team_id and self.role.team_id != self.team_id:  # type: ignore[union-attr]
+        if self.role is not None and self.team_id and self.role.team_id != self.team_id:
             errors["role"] = "The role must be one of the team's roles."
         if (
             self._state.adding

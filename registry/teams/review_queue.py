@@ -16,12 +16,12 @@ from django.db.models import QuerySet
 from django.urls import reverse
 
 from registry.servers.models import Health, McpServer, ReviewStatus, ServerStatus, Tool
-from registry.servers.selectors import tool_review_filter
+from registry.servers.selectors import AWAITING_SERVER_STATES, tool_review_filter
 from registry.teams.models import AccessRequest, AccessRequestState
 
-# The tools that wait for a decision: those of servers in review or in use. A draft's tools wait
-# for the server to be submitted first; a retired or rejected server's tools cannot be approved.
-QUEUE_SERVER_STATES = (ReviewStatus.PENDING_REVIEW, ReviewStatus.APPROVED)
+# The tools that wait for a decision: those of servers in review or in use (the fleet page and the
+# server list's Awaiting column count the same).
+QUEUE_SERVER_STATES = AWAITING_SERVER_STATES
 CHANGED_TOOLS_LISTED = 10
 
 

@@ -1,14 +1,6 @@
 """Agent tokens on the wire: their format, hashing, the cached lookup and the last-used time.
 
-A token reads `trm_<prefix>_<secret>`: the prefix (12 hex characters, 48 random bits) is stored in
-clear and indexed, for the lookup; the secret carries 32 random bytes (urlsafe base64). Only the
-SHA-256 of the whole token is stored, compared in constant time.
-
-The lookup is cached under the cache's epoch (the catalogue's 304 answers touch no database); every
-revocation evicts the cached entry before and after commit, and moves the epoch when the cache
-does not take the eviction, so a cache that comes back can never hold a revoked token as good.
-The last-used time goes to the cache on every request and to the database at most once a minute
-per token, and only from requests that read the database anyway.
+More: docs/authentication.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -24,7 +16,12 @@ from typing import Any
 
 from django.db import transaction
 
-from registry.core.cache import CatalogueCache, cache_epoch_bump, catalogue_cache
+from registry.core.cache import (
+    CatalogueCache,
+    cache_epoch_bump,
+    catalogue_cache,
+    database_degraded,
+)
 
 TOKEN_PREFIX = "trm"  # noqa: S105 (the public marker)
 PREFIX_HEX_CHARS = 12
@@ -237,10 +234,15 @@ def token_mark_used(identity: AgentIdentity, *, may_write_database: bool) -> Non
     cache = catalogue_cache()
     if cache is not None:
         cache.set(token_last_used_key(identity.token_id), now, None)
-    # Without the cache (degraded) the row is written at most once a second per process instead.
-    if may_write_database and (
-        cache is None
-        or cache.add(_flush_key(identity.token_id), 1, LAST_USED_FLUSH_SECONDS) is not False
+    # Without the cache (degraded) the row is written at most once a second per process instead;
+    # while the database is away, not at all (the cache has the moment).
+    if (
+        may_write_database
+        and not database_degraded()
+        and (
+            cache is None
+            or cache.add(_flush_key(identity.token_id), 1, LAST_USED_FLUSH_SECONDS) is not False
+        )
     ):
         from registry.teams.models import AgentToken  # noqa: PLC0415
 

@@ -9,6 +9,7 @@ two discoveries (a rug pull).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
 PAGE_SIZE = 500
 
@@ -70,6 +72,18 @@ MEMORY_TOOLS = [
     },
 ]
 _memory: list[str] = []
+_announced: dict[str, str] = {}  # --announce-changes: the tools file as last told
+_changes = InMemorySubscriptionBus()  # 2026-07-28 clients hear of changes on a listen stream
+
+
+async def _announce_tools_changed(ctx: Any) -> None:
+    """Tell the client its tools changed: on its listen stream (2026-07-28), or with
+    `notifications/tools/list_changed` (handshake)."""
+    await _changes.publish(ToolsListChanged())
+    with contextlib.suppress(Exception):  # a 2026-07-28 session has no such notification
+        await ctx.session.send_tool_list_changed()
+
+
 WHOAMI_TOOL = {
     "name": "whoami",
     "description": "Who is calling, from the identity token Toolroom signed.",
@@ -141,6 +155,60 @@ async def _confirm(ctx: Any, params: types.CallToolRequestParams) -> types.CallT
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 
+LOG_TOOL = {
+    "name": "chatty",
+    "description": "Log one message at each of debug, info and warning (`pause` seconds before "
+    "each), then answer.",
+    "inputSchema": {"type": "object", "properties": {"pause": {"type": "number"}}},
+    "annotations": {"readOnlyHint": True},
+}
+
+
+async def _chatty(ctx: Any, arguments: dict[str, Any]) -> str:
+    """Log during the call, on the call's own stream (the SDK drops, on 2026-07-28, what the
+    request did not opt in to)."""
+    import warnings
+
+    for level in ("debug", "info", "warning"):
+        await anyio.sleep(float(arguments.get("pause", 0)))
+        with warnings.catch_warnings():  # logging is deprecated by 2026-07-28, still served
+            warnings.simplefilter("ignore")
+            await ctx.session.send_log_message(
+                level, f"{level} from chatty", "scenario", related_request_id=ctx.request_id
+            )
+    return "logged"
+
+
+PROGRESS_TOOL = {
+    "name": "countdown",
+    "description": "Count `steps` steps of `pause` seconds, reporting progress after each "
+    "(or none with `quiet`).",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "steps": {"type": "integer"},
+            "pause": {"type": "number"},
+            "quiet": {"type": "boolean"},
+        },
+    },
+    "annotations": {"readOnlyHint": True},
+}
+
+
+async def _countdown(ctx: Any, arguments: dict[str, Any]) -> str:
+    """Report progress with the caller's token, on the request's own stream (both generations);
+    record a cancellation (the client's `notifications/cancelled`) in `--arrivals`."""
+    steps, pause = int(arguments.get("steps", 3)), float(arguments.get("pause", 0.2))
+    token = (ctx.meta or {}).get("progress_token")
+    for step in range(1, steps + 1):
+        await anyio.sleep(pause)
+        if token is not None and not arguments.get("quiet"):
+            await ctx.session.send_progress_notification(
+                token, step, steps, f"step {step} of {steps}", related_request_id=ctx.request_id
+            )
+    return f"counted {steps} (token {'given' if token is not None else 'none'})"
+
+
 def _whoami(ctx: Any, params: types.CallToolRequestParams, jwks_url: str, audience: str) -> str:
     """Verify the caller's identity token with a JWT library (PyJWT) against Toolroom's keys:
     from the X-Toolroom-Identity header over HTTP when there is one, else from `_meta`."""
@@ -166,6 +234,10 @@ def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
         tools.append(META_TOOL)
     if args.elicit:
         tools.append(CONFIRM_TOOL)
+    if args.progress:
+        tools.append(PROGRESS_TOOL)
+    if args.log:
+        tools.append(LOG_TOOL)
     if args.leak_secret:
         tools.extend(LEAK_TOOLS)
     if args.tool_count:
@@ -196,13 +268,30 @@ def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     return tools
 
 
+def _item_descriptions(args: argparse.Namespace) -> dict[str, str]:
+    """The resource's and the prompt's descriptions from `--items-file`, read on every list (so a
+    test changes them while the server runs); none without the file."""
+    if not args.items_file:
+        return {}
+    return dict(json.loads(Path(args.items_file).read_text()))
+
+
+def _declares_elicitation(ctx: Any) -> bool:
+    capabilities = ctx.session.client_capabilities
+    return capabilities is not None and capabilities.elicitation is not None
+
+
 def build_server(args: argparse.Namespace) -> Server[Any]:
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         if args.hang_on == "list":
             await anyio.sleep_forever()
-        tools = [types.Tool.model_validate(d) for d in _definitions(args)]
+        definitions = _definitions(args)
+        if args.elicit_only and not _declares_elicitation(ctx):
+            # Like server-everything: a tool that asks is offered only to clients that can answer.
+            definitions = [d for d in definitions if d["name"] != "confirm"]
+        tools = [types.Tool.model_validate(d) for d in definitions]
         start = int(params.cursor) if params and params.cursor else 0
         page = tools[start : start + PAGE_SIZE]
         next_cursor = str(start + PAGE_SIZE) if start + PAGE_SIZE < len(tools) else None
@@ -210,11 +299,28 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
         arguments = params.arguments or {}
+        if args.announce_changes and args.tools_file:  # a rug pull, told to the client
+            now = Path(args.tools_file).read_text()
+            if _announced.setdefault("tools", now) != now:
+                _announced["tools"] = now
+                await _announce_tools_changed(ctx)
         if args.arrivals:  # when each call arrived, for tests that time retries
             with Path(args.arrivals).open("a") as arrivals:
                 arrivals.write(f"{time.time()} {params.name}\n")
         if params.name == "confirm" and args.elicit:
             return await _confirm(ctx, params)
+        if params.name == "chatty" and args.log:
+            text = await _chatty(ctx, arguments)
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+        if params.name == "countdown" and args.progress:
+            try:
+                text = await _countdown(ctx, arguments)
+            except anyio.get_cancelled_exc_class():
+                if args.arrivals:
+                    with Path(args.arrivals).open("a") as arrivals:
+                        arrivals.write(f"{time.time()} cancelled\n")
+                raise
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
         if params.name.startswith("leak_") and args.leak_secret:
             request = getattr(ctx, "request", None)
             sent = request.headers.get("authorization", "") if request is not None else ""
@@ -266,7 +372,12 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
     ) -> types.ListResourcesResult:
         return types.ListResourcesResult(
             resources=[
-                types.Resource(uri="memo://greeting", name="greeting", mime_type="text/plain")
+                types.Resource(
+                    uri="memo://greeting",
+                    name="greeting",
+                    mime_type="text/plain",
+                    description=_item_descriptions(args).get("resource"),
+                )
             ]
         )
 
@@ -284,7 +395,12 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
         return types.ListPromptsResult(
-            prompts=[types.Prompt(name="summarise", description="Summarise a text.")]
+            prompts=[
+                types.Prompt(
+                    name="summarise",
+                    description=_item_descriptions(args).get("prompt", "Summarise a text."),
+                )
+            ]
         )
 
     async def read_resource(
@@ -329,6 +445,7 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         on_read_resource=read_resource,
         on_list_prompts=list_prompts,
         on_get_prompt=get_prompt,
+        on_subscriptions_listen=ListenHandler(_changes) if args.announce_changes else None,
     )
 
 
@@ -363,6 +480,11 @@ def main() -> None:
     parser.add_argument("--name", default="scenario")
     parser.add_argument("--instructions", default=None)
     parser.add_argument("--tools-file")
+    parser.add_argument(
+        "--announce-changes",
+        action="store_true",
+        help="on a call, send tools/list_changed if the tools file changed since the last",
+    )
     parser.add_argument("--tool-count", type=int, default=0)
     parser.add_argument("--schema-bytes", type=int, default=0)
     parser.add_argument("--hang-on", choices=["start", "list", "call"])
@@ -373,7 +495,15 @@ def main() -> None:
     parser.add_argument("--echo-meta", action="store_true", help="add a meta tool")
     parser.add_argument("--leak-secret", action="store_true", help="add tools that echo creds")
     parser.add_argument("--elicit", action="store_true", help="add a confirm tool that asks")
+    parser.add_argument(
+        "--elicit-only", action="store_true", help="list confirm only to clients declaring it"
+    )
+    parser.add_argument("--log", action="store_true", help="add a chatty tool that logs")
+    parser.add_argument("--progress", action="store_true", help="add a countdown tool")
     parser.add_argument("--templates", action="store_true", help="offer a resource template")
+    parser.add_argument(
+        "--items-file", help='JSON {"resource": ..., "prompt": ...}: descriptions, read per list'
+    )
     parser.add_argument("--arrivals", help="append each tools/call's arrival time to this file")
     parser.add_argument("--garbage", action="store_true", help="print only garbage on stdout")
     parser.add_argument("--stderr-lines", type=int, default=0)

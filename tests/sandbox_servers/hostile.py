@@ -56,6 +56,32 @@ def whoami() -> dict[str, str]:
 
 
 @server.tool()
+def fill(path: str, megabytes: int) -> str:
+    """Write `megabytes` MiB to `path`, one MiB at a time; say how far it got."""
+    written = 0
+    try:
+        with open(path, "wb") as handle:
+            for _ in range(megabytes):
+                handle.write(b"\0" * 1048576)
+                handle.flush()
+                written += 1
+    except OSError as exc:
+        return f"{written} MiB, then {_failure(exc)}"
+    return f"{written} MiB"
+
+
+@server.tool()
+def listing(path: str) -> list[str]:
+    """The names under `path`, recursively, with their sizes."""
+    found = []
+    for folder, _, names in os.walk(path):
+        for name in names:
+            full = os.path.join(folder, name)
+            found.append(f"{os.path.relpath(full, path)} {os.path.getsize(full)}")
+    return sorted(found)
+
+
+@server.tool()
 def write_root() -> str:
     """Try to write a file at the root of the filesystem."""
     try:

@@ -1,14 +1,6 @@
 """Sessions to MCP servers over stdio, Streamable HTTP, legacy SSE or any SDK transport.
 
-The one place that knows the official `mcp` SDK's client API. It takes plain targets, returns
-plain dicts in MCP's wire form (camelCase keys), puts deadlines of its own around connecting and
-around every call (the SDK can hang when a server dies mid-call), captures a bounded tail of a
-stdio server's stderr, checks every address an HTTP server's name resolves to against the network
-guard at connect time, and turns the many ways a connection fails into one `McpFailure` with a
-`kind` and a message meant for an admin.
-
-Every session is opened and closed by the same task (`connect` is an async context manager), as
-the SDK requires.
+More: docs/workers.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -17,50 +9,68 @@ import contextlib
 import contextvars
 import functools
 import itertools
-import json
 import math
-import os
-import socket
-import ssl
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, TextIO, cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
 
 import anyio
 import httpcore2
 import httpx2
 import mcp_types as types
-from mcp import Client, MCPError, StdioServerParameters
-from mcp.client._transport import Transport
-from mcp.client.sse import sse_client
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp import Client, MCPError
+from mcp.shared.dispatcher import ProgressFnT
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from registry.core.netguard import UnsafeUrlError, check_resolved_address
 from registry.core.tracing import mcp_span
+from workers.adapters.call_log import CallLog
+from workers.adapters.guarded_http import GUARD_REFUSAL_MARK
+from workers.adapters.mcp_targets import (
+    Deadlines,
+    FailureKind,
+    HttpTarget,
+    McpFailure,
+    StdioTarget,
+    Target,
+    TransportTarget,
+)
+from workers.adapters.mcp_transports import StderrTail, open_transport
 from workers.adapters.sandbox.errors import SandboxError
 from workers.adapters.sandbox.transport import SandboxTransport
+from workers.adapters.tools_changed import (
+    ToolsWatch,
+    listen_tools_changed,
+    tools_changed_handler,
+)
+
+# The client's API; the targets, deadlines and McpFailure live in mcp_targets.py.
+__all__ = [
+    "CLIENT_INFO",
+    "AskRefused",
+    "Asker",
+    "CallLog",
+    "Deadlines",
+    "FailureKind",
+    "HttpTarget",
+    "McpConnection",
+    "McpFailure",
+    "ServerIdentity",
+    "StdioTarget",
+    "Target",
+    "ToolsWatch",
+    "TransportTarget",
+    "connect",
+    "elapsed_ms",
+    "mode_for",
+    "probe_tools_list",
+]
 
 CLIENT_INFO = types.Implementation(name="toolroom", version="0.1.0")
 
 # Safety limits on what a server may make us hold in memory.
 MAX_LIST_PAGES = 1000
 MAX_LIST_ITEMS = 100_000
-STDERR_TAIL_LINES = 200
-STDERR_LINE_CHARS = 1000
-
-
-FailureKind = Literal[
-    "spawn",  # the command could not be started
-    "connect",  # the server could not be reached or refused the connection
-    "refused",  # the network guard refused the address
-    "timeout",  # no answer within our deadline
-    "closed",  # the server went away (process exited, connection dropped)
-    "protocol",  # the server answered with an MCP error or something that is not MCP
-]
 
 
 # Passing an upstream's question (elicitation) on to whoever made the call: `Asker` takes the
@@ -86,8 +96,28 @@ class _Askers:
     server is told no one can answer (never a guess: that could show one caller's question to
     another)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, request_scoped: bool = False) -> None:
         self.in_flight: dict[int, Asker | None] = {}
+        self.logs: dict[int, CallLog] = {}  # the calls whose caller asked for log messages
+        # Streamable HTTP: a message on a request's own stream is dispatched in the calling task
+        # (`_current_call` names the call); one outside any call (the GET stream) is no call's.
+        self.request_scoped = request_scoped
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        """A server's log message: to the caller of the call it belongs to, if that caller
+        asked for logging at its level; otherwise to no one. Over stdio (or legacy SSE) nothing
+        says which call a message belongs to: it goes to the one call in flight, if only one is
+        (never a guess between callers)."""
+        if not self.logs:
+            return
+        call_id = _current_call.get()
+        if call_id == 0:
+            if self.request_scoped or len(self.in_flight) != 1:
+                return
+            (call_id,) = self.in_flight
+        sink = self.logs.get(call_id)
+        if sink is not None and sink.wants(params.level):
+            await sink.send(params.level, params.data, params.logger)
 
     async def elicit(
         self, context: Any, params: types.ElicitRequestParams
@@ -114,80 +144,6 @@ class _Askers:
         return types.ElicitResult.model_validate(answer)
 
 
-class McpFailure(Exception):
-    """Talking to an MCP server failed; `message` says how, for an admin."""
-
-    def __init__(
-        self, kind: FailureKind, message: str, *, stderr_tail: str = "", code: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.stderr_tail = stderr_tail
-        self.code = code  # the MCP error code, when the server answered with one
-
-    def __str__(self) -> str:
-        return self.message
-
-    def describe(self) -> str:
-        """The message with the server's last stderr lines, for the admin's "last error"."""
-        if not self.stderr_tail:
-            return self.message
-        return f"{self.message}\n--- server stderr (last lines) ---\n{self.stderr_tail}"
-
-
-@dataclass(frozen=True)
-class StdioTarget:
-    argv: Sequence[str]
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    # How to name the server in messages when argv wraps the real command.
-    label: str = ""
-
-    def describe(self) -> str:
-        if self.label:
-            return self.label
-        return " ".join(self.argv[:3]) + (" ..." if len(self.argv) > 3 else "")
-
-
-@dataclass(frozen=True)
-class HttpTarget:
-    url: str
-    transport: Literal["streamable_http", "sse"] = "streamable_http"
-    headers: Mapping[str, str] = field(default_factory=dict)
-    # Networks the URL's resolved addresses may be in although they are internal.
-    allowed_networks: Sequence[str] = ()
-    # `_meta` keys of a request copied into HTTP headers of its POST ({meta key: header name}):
-    # per-call values (a caller's identity) on a session whose client headers are fixed.
-    meta_headers: Mapping[str, str] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        return self.url
-
-
-@dataclass(frozen=True)
-class TransportTarget:
-    """A ready-made SDK transport, e.g. a sandboxed container's attached stdio."""
-
-    open_transport: Callable[[], Transport]
-    description: str
-    stderr_tail: Callable[[], str] = lambda: ""
-    # What runs, for reports: e.g. the image, its digest and the command inside it.
-    launched: dict[str, Any] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        return self.description
-
-
-Target = StdioTarget | HttpTarget | TransportTarget
-
-
-@dataclass(frozen=True)
-class Deadlines:
-    connect: float = 20.0
-    call: float = 30.0
-
-
 @dataclass(frozen=True)
 class ServerIdentity:
     protocol_version: str
@@ -211,165 +167,6 @@ def mode_for(protocol_version: str) -> str:
 
 def _wire(model: Any) -> dict[str, Any]:
     return dict(model.model_dump(by_alias=True, exclude_none=True, mode="json"))
-
-
-class _StderrTail:
-    """A bounded tail of a process's stderr, fed from a pipe by one reader task."""
-
-    def __init__(self) -> None:
-        self.lines: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
-        self._partial = ""
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(read_fd, False)
-        self.read_fd = read_fd
-        # The child process gets a copy of this end; ours is closed once it has started.
-        self.writer: TextIO | None = os.fdopen(write_fd, "w")
-        # Set when every writer closed the pipe: after start, the server process has exited.
-        self.eof = anyio.Event()
-
-    def text(self) -> str:
-        lines = list(self.lines)
-        if self._partial:
-            lines.append(self._partial)
-        return "\n".join(lines)
-
-    def _feed(self, chunk: bytes) -> None:
-        parts = (self._partial + chunk.decode("utf-8", "replace")).split("\n")
-        self._partial = parts.pop()[-STDERR_LINE_CHARS:]
-        for line in parts:
-            self.lines.append(line[:STDERR_LINE_CHARS])
-
-    def _read_available(self) -> bool:
-        """Read what the pipe holds now; False once every writer has closed it."""
-        while True:
-            try:
-                chunk = os.read(self.read_fd, 65536)
-            except BlockingIOError:
-                return True
-            except OSError:
-                return False
-            if not chunk:
-                return False
-            self._feed(chunk)
-
-    async def pump(self) -> None:
-        while self._read_available():
-            await anyio.wait_readable(self.read_fd)
-        self.eof.set()
-
-    def close_write_end(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-
-    def close(self) -> None:
-        self.close_write_end()
-        self._read_available()
-        with contextlib.suppress(OSError):
-            os.close(self.read_fd)
-
-
-class _GuardedBackend(httpcore2.AnyIOBackend):
-    """Resolves host names itself and connects only to addresses the network guard allows."""
-
-    def __init__(self, allowed_networks: Sequence[str]) -> None:
-        self.allowed_networks = list(allowed_networks)
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Any = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        with anyio.fail_after(timeout if timeout is not None else math.inf):
-            infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        try:
-            for address in addresses:
-                check_resolved_address(address, allowed_networks=self.allowed_networks)
-        except UnsafeUrlError as exc:
-            raise httpcore2.ConnectError(f"{host}: {exc}") from exc
-        last_error: Exception | None = None
-        for address in addresses:
-            try:
-                return await super().connect_tcp(
-                    address,
-                    port,
-                    timeout=timeout,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
-                last_error = exc
-        raise last_error or httpcore2.ConnectError(f"{host} has no address")
-
-
-# One MCP session's connections. No cap on their number: the gateway's per-server concurrency
-# limit bounds the requests in flight, and a cap here would only queue them a second time. Idle
-# connections are kept for as many calls as usually run at once (httpx2 keeps 20 by default, so
-# a burst of 100 calls closed and reopened 80 connections per wave), and for 2 s: well under the
-# idle timeout of common servers (uvicorn and Node 5 s), so a server never closes a connection
-# while we are sending on it. When that race hit, the failed POST ended the SDK transport and
-# with it every call in flight on the session (measured at 100 sessions, docs/benchmarks.md).
-HTTP_LIMITS = httpx2.Limits(
-    max_connections=None, max_keepalive_connections=128, keepalive_expiry=2.0
-)
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """One TLS context (system CA bundle) for every HTTP client of this process.
-
-    Building one loads the CA bundle: about 20 ms of CPU, four times what a whole health check of
-    a loopback server costs otherwise. SSLContext is safe to share between connections.
-    """
-    return httpx2.create_ssl_context(trust_env=False)
-
-
-def _meta_header_hook(meta_headers: Mapping[str, str]) -> Callable[[httpx2.Request], Any]:
-    """A request hook that copies `params._meta` values of a JSON-RPC request into headers."""
-
-    async def hook(request: httpx2.Request) -> None:
-        if request.method != "POST":
-            return
-        try:
-            message = json.loads(request.content or b"{}")
-        except (ValueError, RuntimeError):  # not JSON, or a streamed body
-            return
-        meta = (message.get("params") or {}).get("_meta") if isinstance(message, dict) else None
-        if not isinstance(meta, dict):
-            return
-        for key, header in meta_headers.items():
-            value = meta.get(key)
-            if isinstance(value, str):
-                request.headers[header] = value
-
-    return hook
-
-
-def guarded_http_client(
-    *,
-    headers: Mapping[str, str],
-    allowed_networks: Sequence[str],
-    deadlines: Deadlines,
-    meta_headers: Mapping[str, str] | None = None,
-) -> httpx2.AsyncClient:
-    """An HTTP client for MCP traffic: our headers and timeouts, no proxy from the environment,
-    and the network guard on every connection it opens."""
-    transport = httpx2.AsyncHTTPTransport(
-        trust_env=False, verify=_tls_context(), limits=HTTP_LIMITS
-    )
-    # httpx2 offers no public way to pass a network backend; the pool is created here, unused.
-    transport._pool._network_backend = _GuardedBackend(allowed_networks)
-    return httpx2.AsyncClient(
-        headers=dict(headers),
-        timeout=httpx2.Timeout(deadlines.call, connect=deadlines.connect),
-        transport=transport,
-        trust_env=False,
-        event_hooks={"request": [_meta_header_hook(meta_headers)]} if meta_headers else None,
-    )
 
 
 class McpConnection:
@@ -458,10 +255,30 @@ class McpConnection:
     async def list_tools(self) -> list[dict[str, Any]]:
         return await self._list_all("tools/list", "list_tools", "tools")
 
-    async def list_resources(self) -> list[dict[str, Any]]:
-        if not self._has("resources"):
+    async def _list_optional(
+        self, capability: str, method: str, call: str, key: str
+    ) -> list[dict[str, Any]]:
+        """List what the server offers under an optional capability. A session adopted at a
+        modern version without the `server/discover` probe knows no capabilities: it asks, and a
+        server without the method offers none (else a rediscovery would drop every resource and
+        prompt the first discovery stored)."""
+        if self._has(capability):
+            return await self._list_all(method, call, key)
+        if self.identity.capabilities:
             return []
-        resources = await self._list_all("resources/list", "list_resources", "resources")
+        try:
+            return await self._list_all(method, call, key)
+        except McpFailure as exc:
+            if exc.code != types.METHOD_NOT_FOUND:
+                raise
+            return []
+
+    async def list_resources(self) -> list[dict[str, Any]]:
+        resources = await self._list_optional(
+            "resources", "resources/list", "list_resources", "resources"
+        )
+        if self.identity.capabilities and not self._has("resources"):
+            return []
         try:
             templates = await self._list_all(
                 "resources/templates/list", "list_resource_templates", "resource_templates"
@@ -473,9 +290,7 @@ class McpConnection:
         return resources + templates
 
     async def list_prompts(self) -> list[dict[str, Any]]:
-        if not self._has("prompts"):
-            return []
-        return await self._list_all("prompts/list", "list_prompts", "prompts")
+        return await self._list_optional("prompts", "prompts/list", "list_prompts", "prompts")
 
     async def call_tool(
         self,
@@ -485,26 +300,36 @@ class McpConnection:
         timeout: float | None = None,
         meta: Mapping[str, Any] | None = None,
         asker: Asker | None = None,
+        progress: ProgressFnT | None = None,
+        log: CallLog | None = None,
     ) -> dict[str, Any]:
         """Call a tool; `meta` goes into the request's `_meta` (e.g. a caller's identity, and the
-        W3C `traceparent` of the call's span when tracing is on). On a session opened with
-        `answer_questions`, a question the server asks during the call goes to `asker`."""
-        with self._asking(asker):
-            return await self._call_tool(name, arguments, timeout=timeout, meta=meta)
+        W3C `traceparent` of the call's span when tracing is on). A question the server asks
+        during the call goes to `asker` (none: refused); with
+        `progress`, the request carries a progress token and the server's reports go there; with
+        `log`, the server's log messages of the call at `log.level` or above go there (a
+        2026-07-28 request opts in with that level in its `_meta`)."""
+        if log is not None and self.identity.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            meta = {**(meta or {}), types.LOG_LEVEL_META_KEY: log.level}
+        with self._asking(asker, log):
+            return await self._call_tool(name, arguments, timeout=timeout, meta=meta, p=progress)
 
     @contextlib.contextmanager
-    def _asking(self, asker: Asker | None) -> Any:
+    def _asking(self, asker: Asker | None, log: CallLog | None = None) -> Any:
         if self._askers is None:
             yield
             return
         call_id = next(_call_ids)
         self._askers.in_flight[call_id] = asker
+        if log is not None:
+            self._askers.logs[call_id] = log
         token = _current_call.set(call_id)
         try:
             yield
         finally:
             _current_call.reset(token)
             del self._askers.in_flight[call_id]
+            self._askers.logs.pop(call_id, None)
 
     async def _call_tool(
         self,
@@ -513,6 +338,7 @@ class McpConnection:
         *,
         timeout: float | None,
         meta: Mapping[str, Any] | None,
+        p: ProgressFnT | None = None,
     ) -> dict[str, Any]:
         with mcp_span("tools/call", meta=meta, attributes={"mcp.subject": name}) as sent:
             result = await self._call_untraced(
@@ -520,6 +346,7 @@ class McpConnection:
                 lambda: self._client.call_tool(
                     name,
                     dict(arguments or {}),
+                    progress_callback=p,
                     meta=cast(types.RequestParamsMeta, sent) if sent else None,
                 ),
                 timeout=timeout,
@@ -587,7 +414,7 @@ def _as_failure(exc: BaseException, *, doing: str, stderr_tail: str = "") -> Mcp
         )
     if isinstance(exc, httpx2.ConnectError | httpcore2.ConnectError):
         text = str(exc)
-        kind = "refused" if "TOOLROOM_ALLOWED_NETWORKS" in text else "connect"
+        kind = "refused" if GUARD_REFUSAL_MARK in text else "connect"
         return McpFailure(kind, f"Could not connect while {doing}: {text}", stderr_tail=stderr_tail)
     if isinstance(exc, httpx2.HTTPStatusError):
         return McpFailure(
@@ -632,76 +459,29 @@ def _fate_tail(exc: SandboxError) -> str:
     return "\n".join(exc.fate.stderr_tail) if exc.fate is not None else ""
 
 
-def _open_transport(
-    target: Target, deadlines: Deadlines, stderr_writer: TextIO | None
-) -> Transport:
-    if isinstance(target, StdioTarget):
-        if stderr_writer is None:
-            raise RuntimeError("a stdio target needs a stderr pipe")
-        if not target.argv:
-            raise McpFailure("spawn", "The server has no command to run.")
-        params = StdioServerParameters(
-            command=target.argv[0],
-            args=list(target.argv[1:]),
-            env=dict(target.env),
-            cwd=target.cwd or None,
-        )
-        return stdio_client(params, errlog=stderr_writer)
-    if isinstance(target, HttpTarget):
-        if target.transport == "sse":
-
-            def factory(
-                headers: dict[str, str] | None = None,
-                timeout: httpx2.Timeout | None = None,
-                auth: httpx2.Auth | None = None,
-            ) -> httpx2.AsyncClient:
-                return guarded_http_client(
-                    headers={**(headers or {}), **target.headers},
-                    allowed_networks=target.allowed_networks,
-                    deadlines=deadlines,
-                )
-
-            return sse_client(
-                target.url,
-                timeout=deadlines.connect,
-                sse_read_timeout=max(deadlines.call, 300),
-                httpx_client_factory=factory,
-            )
-        client = guarded_http_client(
-            headers=target.headers,
-            allowed_networks=target.allowed_networks,
-            deadlines=deadlines,
-            meta_headers=target.meta_headers,
-        )
-        return _owning_client(streamable_http_client(target.url, http_client=client), client)
-    return target.open_transport()
-
-
-@contextlib.asynccontextmanager
-async def _owning_client(transport: Transport, client: httpx2.AsyncClient) -> AsyncIterator[Any]:
-    """Close the HTTP client we created once the transport is done with it."""
-    async with client, transport as streams:
-        yield streams
-
-
 @contextlib.asynccontextmanager
 async def connect(
     target: Target,
     *,
     deadlines: Deadlines | None = None,
     mode: str = "auto",
-    answer_questions: bool = False,
+    watch_tools: ToolsWatch | None = None,
 ) -> AsyncIterator[McpConnection]:
     """Open a session to `target`, negotiating the 2026-07-28 protocol or the handshake.
 
-    With `answer_questions` the client declares elicitation and passes a server's question to
-    the asker of the call it belongs to (`McpConnection.call_tool(asker=...)`).
+    The client declares what the gateway can relay (`elicitation`), on every session alike:
+    discovery, health checks and calls see the same tools (a server may offer a tool only to
+    clients that declare it). A server's question goes to the asker of the call it belongs to
+    (`McpConnection.call_tool(asker=...)`); a call without one refuses it.
+    With `watch_tools`, the server's word that its tools changed (`notifications/tools/
+    list_changed` on a handshake session, a `subscriptions/listen` event on a 2026-07-28 one)
+    calls it (it must not block: it only schedules work).
 
     Raises McpFailure when the server cannot be started or reached, or does not complete the
     handshake within `deadlines.connect` seconds.
     """
     deadlines = deadlines or Deadlines()
-    stderr = _StderrTail() if isinstance(target, StdioTarget) else None
+    stderr = StderrTail() if isinstance(target, StdioTarget) else None
 
     def tail() -> str:
         if stderr is not None:
@@ -711,7 +491,9 @@ async def connect(
         return ""
 
     doing = f"connecting to {target.describe()}"
-    askers = _Askers() if answer_questions else None
+    askers = _Askers(
+        request_scoped=isinstance(target, HttpTarget) and target.transport == "streamable_http"
+    )
     connected = False
     body_error: BaseException | None = None
     try:
@@ -722,16 +504,16 @@ async def connect(
                 with anyio.CancelScope() as connect_scope:
                     # Only the handshake runs under the connect deadline; calls get their own.
                     connect_scope.deadline = anyio.current_time() + deadlines.connect
-                    transport = _open_transport(
-                        target, deadlines, stderr.writer if stderr else None
-                    )
+                    transport = open_transport(target, deadlines, stderr.writer if stderr else None)
                     async with Client(
                         transport,
                         mode=mode,
                         cache=None,
                         client_info=CLIENT_INFO,
                         read_timeout_seconds=deadlines.call,
-                        elicitation_callback=askers.elicit if askers is not None else None,
+                        elicitation_callback=askers.elicit,
+                        logging_callback=askers.log,
+                        message_handler=tools_changed_handler(watch_tools),
                     ) as client:
                         connect_scope.deadline = math.inf
                         connected = True
@@ -744,7 +526,14 @@ async def connect(
                                 gone = transport.exited
                             else:
                                 gone = None
-                            yield McpConnection(client, deadlines, tail, gone, askers)
+                            connection = McpConnection(client, deadlines, tail, gone, askers)
+                            if watch_tools is None:
+                                yield connection
+                            else:
+                                async with listen_tools_changed(
+                                    client, connection.identity, watch_tools
+                                ):
+                                    yield connection
                         except BaseException as exc:
                             body_error = exc
                             raise

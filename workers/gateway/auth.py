@@ -1,15 +1,6 @@
-"""Agent tokens at the gateway: the registry's token authentication as a Starlette backend.
+"""Callers at the gateway: agent tokens and people's OAuth access tokens, as a Starlette backend.
 
-The SDK's `RequireAuthMiddleware` refuses requests without an `AuthenticatedUser`, and its session
-manager binds every `Mcp-Session-Id` to the principal (`client_id`) that opened it. The lookup is
-the registry's `token_authenticate` (cached; the same checks as the REST API), in the event loop,
-rerun in a thread when a cache miss needs the database.
-
-A token checked once is kept in this process with the team's catalogue version read from the
-cache *before* that check. While the team's cached version is still that one (one cache read per
-request, which the call check then reuses) the token is known good without a lookup: revoking a
-token, like every change that can alter a decision, bumps the version, and expiry is compared with
-the clock on every request.
+More: docs/gateway.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -21,19 +12,24 @@ from dataclasses import dataclass
 from django.core.exceptions import SynchronousOnlyOperation
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from starlette.authentication import AuthCredentials, AuthenticationBackend
+from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError
 from starlette.requests import HTTPConnection
 
-from registry.catalogue.versions import catalogue_state_cached
-from registry.teams.tokens import (
-    TOKEN_PREFIX,
-    AgentIdentity,
-    TokenRejected,
-    token_authenticate,
+from registry.gateway.port import (
+    NO_TOKEN,
+    NOT_A_TOKEN,
+    Caller,
+    CallerRefused,
+    DatabaseUnavailable,
+    caller_check,
+    caller_key,
+    caller_mark_used,
+    scope_client_address,
+    team_catalogue_version_cached,
+    token_failure_count,
     token_hash,
-    token_mark_used,
 )
-from workers.gateway.calls import in_thread
+from workers.gateway.registry_calls import in_thread
 
 # Where the request scope carries the team's catalogue version read with the token check.
 VERSION_SCOPE_KEY = "toolroom.catalogue_version"
@@ -43,32 +39,40 @@ _UNCONFIRMED = -1  # a version no team has: the next request checks the token ag
 logger = logging.getLogger(__name__)
 
 
-class AgentPrincipal(AuthenticatedUser):
-    """An authenticated agent: the SDK's user type, carrying the registry's identity."""
+class CallerPrincipal(AuthenticatedUser):
+    """An authenticated caller: the SDK's user type, carrying the registry's identity."""
 
-    def __init__(self, identity: AgentIdentity, plain: str) -> None:
+    def __init__(self, caller: Caller, plain: str) -> None:
         super().__init__(
             AccessToken(
                 token=plain,
-                client_id=f"agent-token:{identity.token_id}",
+                client_id=caller_key(caller),
                 scopes=[],
-                expires_at=int(identity.expires_at) if identity.expires_at else None,
+                expires_at=int(caller.expires_at) if caller.expires_at else None,
             )
         )
-        self.agent = identity
+        self.caller = caller
 
 
-def agent_identity(*, plain: str) -> AgentIdentity | None:
-    """The identity behind a bearer token, or None (and the last use recorded)."""
-    if not plain.startswith(f"{TOKEN_PREFIX}_"):
-        return None
-    try:
-        identity = token_authenticate(plain)
-    except TokenRejected as exc:
-        logger.info("gateway: agent token refused: %s", exc.reason)
-        return None
-    token_mark_used(identity, may_write_database=False)
-    return identity
+class TokenRefused(AuthenticationError):
+    """The bearer token is not good; the message is the 401's error_description, `reason` what
+    the failure count files it under (`TokenRejected.reason`, or a person's token's code)."""
+
+    def __init__(self, description: str, reason: str = "malformed") -> None:
+        super().__init__(description)
+        self.reason = reason
+
+
+class TokenFailuresThrottled(AuthenticationError):
+    """Too many refused tokens like this one from this client address: answered 429."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"too many refused tokens; retry in {wait:.0f} s")
+        self.wait = wait
+
+
+class TokenUncheckable(AuthenticationError):
+    """The token could not be checked: what it needs (the database) is away. Answered 503."""
 
 
 def bearer_token(conn: HTTPConnection) -> str | None:
@@ -81,8 +85,8 @@ def bearer_token(conn: HTTPConnection) -> str | None:
 
 @dataclass(frozen=True)
 class _Checked:
-    principal: AgentPrincipal
-    version: int  # the team's version read from the cache before the token was last checked
+    principal: CallerPrincipal
+    version: int  # the team's version the token (and a person's standing) was checked at
 
 
 class CheckedTokens:
@@ -92,59 +96,82 @@ class CheckedTokens:
         self.limit = limit
         self.entries: dict[str, _Checked] = {}
 
-    def authenticate(self, *, plain: str) -> tuple[AgentPrincipal, int | None] | None:
+    def authenticate(self, *, plain: str) -> tuple[CallerPrincipal, int | None]:
         """The principal behind `plain` and the team's catalogue version read for this request
-        (None: the call check reads it itself), or None when the token is not good now."""
+        (None: the call check reads it itself); TokenRefused when the token is not good now."""
         digest = token_hash(plain)
         known = self.entries.get(digest)
-        state = None
+        version = None
         if known is not None:
-            agent = known.principal.agent
-            state = catalogue_state_cached(team_id=agent.team_id)
-            fresh = agent.expires_at is None or agent.expires_at > time.time()
-            if state is not None and state.version == known.version and fresh:
-                token_mark_used(agent, may_write_database=False)
-                return known.principal, state.version
-        identity = agent_identity(plain=plain)
-        if identity is None:
+            caller = known.principal.caller
+            version = team_catalogue_version_cached(team_id=caller.team_id)
+            fresh = caller.expires_at is None or caller.expires_at > time.time()
+            if version is not None and version == known.version and fresh:
+                caller_mark_used(caller, may_write_database=False)
+                return known.principal, version
+        try:
+            checked = caller_check(plain=plain, cached_version=version)
+        except CallerRefused as exc:
             self.entries.pop(digest, None)
-            return None
-        if (
-            known is not None
-            and state is not None
-            and known.principal.agent.team_id == identity.team_id
-        ):
-            # Checked after this version was read: good for as long as the version holds.
-            principal = known.principal
-            if principal.agent != identity:
-                principal = AgentPrincipal(identity, plain)
-            self.entries[digest] = _Checked(principal, state.version)
-            return principal, state.version
+            raise TokenRefused(exc.description, exc.reason) from exc
+        person = checked.caller
+        checked_at = _UNCONFIRMED if checked.version is None else checked.version
+        if known is not None and known.principal.caller.team_id != person.team_id:
+            checked_at = _UNCONFIRMED  # the version read was another team's
+        principal = known.principal if known is not None else None
+        if principal is None or principal.caller != person:
+            principal = CallerPrincipal(person, plain)
         if len(self.entries) >= self.limit:
             self.entries.clear()
-        # No version was read before this check: the next request checks the token again and
-        # confirms it at the version it reads first.
-        principal = AgentPrincipal(identity, plain)
-        self.entries[digest] = _Checked(principal, _UNCONFIRMED)
+        # An agent token checked without a version read first (or a person's standing read at a
+        # version the cache does not hold yet) is checked again on the next request.
+        self.entries[digest] = _Checked(principal, checked_at)
+        if version is not None and checked_at == version:
+            return principal, version
         return principal, None
 
 
-class AgentTokenBackend(AuthenticationBackend):
+class CallerTokenBackend(AuthenticationBackend):
+    """Bearer tokens: agents' and people's. A refused token is counted by client address and
+    token prefix (past the rate: 429 instead of 401)."""
+
     def __init__(self, checked: CheckedTokens | None = None) -> None:
         self.checked = checked or CheckedTokens()
 
     async def authenticate(
         self, conn: HTTPConnection
-    ) -> tuple[AuthCredentials, AgentPrincipal] | None:
+    ) -> tuple[AuthCredentials, CallerPrincipal] | None:
         plain = bearer_token(conn)
         if plain is None:
             return None
-        try:  # from the cache, in the event loop; a cache miss reads the database in a thread
-            found = self.checked.authenticate(plain=plain)
-        except SynchronousOnlyOperation:
-            found = await in_thread(self.checked.authenticate, plain=plain)
-        if found is None:
-            return None
-        principal, version = found
+        try:
+            try:  # from the cache, in the event loop; a cache miss reads the database in a thread
+                principal, version = self.checked.authenticate(plain=plain)
+            except SynchronousOnlyOperation:
+                principal, version = await in_thread(self.checked.authenticate, plain=plain)
+        except DatabaseUnavailable as exc:
+            raise TokenUncheckable(str(exc)) from exc
+        except TokenRefused as exc:
+            try:
+                wait = await in_thread(
+                    token_failure_count,
+                    address=scope_client_address(conn.scope),
+                    plain=plain,
+                    reason=exc.reason,
+                )
+            except DatabaseUnavailable:
+                wait = None  # refused all the same; only not counted
+            if wait is not None:
+                raise TokenFailuresThrottled(wait) from exc
+            raise
         conn.scope[VERSION_SCOPE_KEY] = version
         return AuthCredentials([]), principal
+
+
+def refusal_description(conn: HTTPConnection, exc: Exception | None) -> str:
+    """The 401's error_description: the refusal's own, or that no token was sent."""
+    if isinstance(exc, TokenRefused) and str(exc):
+        return str(exc)
+    if bearer_token(conn) is None:
+        return NO_TOKEN
+    return NOT_A_TOKEN

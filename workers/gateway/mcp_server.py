@@ -7,33 +7,60 @@ agent-token backend on every request), so each request is judged by its own cred
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from typing import Any
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import mcp_types as types
 from mcp import MCPError
 from mcp.server.caching import CacheHint
+from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.types import Scope
 
-from registry.gateway.calls import UNKNOWN_TOOL, token_conversation
-from registry.gateway.content import ContentEntry, agent_content, resource_lookup
-from registry.gateway.listing import team_catalogue_version, tools_list_document
-from registry.teams.tokens import AgentIdentity
-from workers.gateway.auth import VERSION_SCOPE_KEY, AgentPrincipal
-from workers.gateway.calls import Gateway, Operation, cached_or_in_thread
+from registry.gateway.port import (
+    QUOTA_EXCEEDED,
+    UNKNOWN_TOOL,
+    UPSTREAM_ACCOUNT_BROKEN,
+    UPSTREAM_ACCOUNT_NOT_LINKED,
+    AgentContent,
+    Caller,
+    CallOutcome,
+    ContentEntry,
+    DatabaseUnavailable,
+    VersionedCache,
+    agent_content,
+    caller_key,
+    caller_refusal,
+    resource_lookup,
+    token_conversation,
+    tools_list_document,
+    upstream_link_page_url,
+)
+from workers.gateway.auth import VERSION_SCOPE_KEY, CallerPrincipal
+from workers.gateway.list_changed import ListChanged
+from workers.gateway.outcomes import DATABASE_UNAVAILABLE, Operation, error_result
+from workers.gateway.progress import SessionLogLevels, client_log, client_progress
 from workers.gateway.questions import (
     INPUT_REQUIRED,
     InvalidState,
     client_asker,
     input_required_result,
 )
-from workers.gateway.search_tools import meta_call, search_mode_list
+from workers.gateway.quotas import quota_mcp_error
+from workers.gateway.registry_calls import cached_or_in_thread as _cached_or_in_thread
+from workers.gateway.search_tools import meta_call
+from workers.gateway.shared_sessions import SessionStore
 from workers.gateway.subscriptions import TeamListen
+from workers.gateway.upstream import Gateway
 
 logger = logging.getLogger(__name__)
 
@@ -42,26 +69,50 @@ CONVERSATION_HEADER = "mcp-conversation-id"
 # A team's list is per caller: a shared cache must never hand it to another (cacheScope private).
 LIST_CACHE_HINT = CacheHint(ttl_ms=10_000, scope="private")
 _LISTS_MAX = 4096
-_WATCH_MAX = 10_000
-WATCH_SECONDS = 1.0
 
 
 def _no_header_schema(name: str) -> None:
     return None
 
 
-def caller(ctx: ServerRequestContext[Any, Any]) -> AgentIdentity:
+def _no_connection(session_id: str) -> Connection | None:
+    return None
+
+
+T = TypeVar("T")
+
+
+async def cached_or_in_thread(fn: Callable[..., T], /, **kwargs: Any) -> T:
+    """The registry's answer (registry_calls.cached_or_in_thread); while the database is away,
+    what needs it is an MCP error that says so instead of "Internal server error"."""
+    try:
+        return await _cached_or_in_thread(fn, **kwargs)
+    except DatabaseUnavailable as exc:
+        raise MCPError(types.INTERNAL_ERROR, f"Toolroom: {exc}") from exc
+
+
+def caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
     request = ctx.request
     user = request.scope.get("user") if request is not None else None
-    if not isinstance(user, AgentPrincipal):  # RequireAuthMiddleware lets no one else in
-        raise MCPError(types.INVALID_REQUEST, "Not authenticated with an agent token.")
-    return user.agent
+    if not isinstance(user, CallerPrincipal):  # RequireAuthMiddleware lets no one else in
+        raise MCPError(types.INVALID_REQUEST, "Not authenticated.")
+    return user.caller
 
 
-def conversation_key(ctx: ServerRequestContext[Any, Any], identity: AgentIdentity) -> str:
-    """What one conversation is (docs/gateway.md): the MCP session on handshake connections;
-    on stateless ones the client's conversation id (scoped to the token), else the token (whose
-    private-data mark then lasts a sliding window after its last private read)."""
+def listing_caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
+    """The caller of a list or read request, refused (an MCP error) when a person's token no
+    longer acts for them: the caller rules the call check applies first (`caller_refusal`)."""
+    identity = caller(ctx)
+    refusal = caller_refusal(identity, time.time())
+    if refusal is not None:
+        raise MCPError(types.INVALID_REQUEST, f"Toolroom: {refusal.message}")
+    return identity
+
+
+def conversation_key(ctx: ServerRequestContext[Any, Any], identity: Caller) -> str:
+    """What one conversation is (docs/gateway.md, "Conversation key"): the MCP session on
+    handshake connections; on stateless ones the client's conversation id (scoped to the token),
+    else the token. The private-data ratchet does not read it: it holds for the caller."""
     request = ctx.request
     headers = request.headers if request is not None else {}
     if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
@@ -70,8 +121,20 @@ def conversation_key(ctx: ServerRequestContext[Any, Any], identity: AgentIdentit
             return f"session:{session_id}"
     given = headers.get(CONVERSATION_HEADER, "").strip()[:200]
     if given:
-        return f"token:{identity.token_id}:conversation:{given}"
-    return token_conversation(identity.token_id)
+        return f"{caller_key(identity)}:conversation:{given}"
+    return token_conversation(caller_key(identity))
+
+
+LINK_CODES = frozenset({UPSTREAM_ACCOUNT_NOT_LINKED, UPSTREAM_ACCOUNT_BROKEN})
+
+
+def _declares_url_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """A handshake client that declared URL-mode elicitation (2026-07-28 retired -32042)."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return False
+    capabilities = ctx.session.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    return elicitation is not None and elicitation.url is not None
 
 
 class _ToolroomServer(Server[Any]):
@@ -94,13 +157,35 @@ class _ToolroomServer(Server[Any]):
 class GatewayServer:
     """Builds the SDK `Server` whose handlers use one `Gateway`."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, sessions: SessionStore | None = None) -> None:
         self.gateway = gateway
-        self._lists: dict[str, types.ListToolsResult] = {}
-        self._watched: dict[str, asyncio.Task[None]] = {}
+        self.list_changed = ListChanged(sessions)
+        self._lists: VersionedCache[str, types.ListToolsResult] = VersionedCache(
+            "parsed tools lists", limit=_LISTS_MAX
+        )
         self.listen = TeamListen()
+        self.log_levels = SessionLogLevels()
+        # The handshake session's connection by id (the session manager's), set by the app.
+        self.connection_of: Callable[[str], Connection | None] = _no_connection
 
     def build(self) -> Server[Any]:
+        with warnings.catch_warnings():
+            # `logging/setLevel` is deprecated by 2026-07-28 (per-request levels there), but
+            # handshake clients still ask for log messages with it.
+            warnings.simplefilter("ignore")
+            return self._build()
+
+    async def set_logging_level(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        """A handshake client asks for log messages at `params.level` or above (progress.py)."""
+        request = ctx.request
+        session_id = request.headers.get("mcp-session-id", "") if request is not None else ""
+        if session_id:
+            self.log_levels.set(session_id, params.level)
+        return types.EmptyResult()
+
+    def _build(self) -> Server[Any]:
         return _ToolroomServer(
             SERVER_NAME,
             version="1.0.0",
@@ -120,92 +205,76 @@ class GatewayServer:
             on_list_prompts=self.list_prompts,
             on_get_prompt=self.get_prompt,
             on_subscriptions_listen=self.listen,
+            on_set_logging_level=self.set_logging_level,
         )
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        identity = caller(ctx)
-        searching = await search_mode_list(identity=identity)  # search mode (search_tools.py)
-        if searching is not None:
-            self._watch(ctx, identity, searching[0])
-            return searching[1]
+        identity = listing_caller(ctx)
+        # Every tool the caller may use, or in search mode its pinned ones and the meta-tools.
         document = await cached_or_in_thread(tools_list_document, identity=identity)
-        self._watch(ctx, identity, document.version)
+        await self._listed(ctx, document.version)
         parsed = self._lists.get(document.etag)
         if parsed is None:
             parsed = types.ListToolsResult.model_validate(json.loads(document.body))
-            if len(self._lists) >= _LISTS_MAX:
-                self._lists.clear()
-            self._lists[document.etag] = parsed
+            self._lists.put(document.etag, parsed)
         # A copy: the SDK fills cache hints into the result it is given.
         return parsed.model_copy()
 
-    def _watch(
-        self, ctx: ServerRequestContext[Any, Any], identity: AgentIdentity, version: int
-    ) -> None:
-        """On a handshake session that listed the tools, watch the team's catalogue version and
-        send `notifications/tools/list_changed` when it moves (until the session ends)."""
+    async def _listed(self, ctx: ServerRequestContext[Any, Any], version: int) -> None:
+        """A handshake session listed the tools at `version` (list_changed.py)."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or ctx.request is None:
             return
         session_id = ctx.request.headers.get("mcp-session-id", "")
-        if not session_id or session_id in self._watched or len(self._watched) >= _WATCH_MAX:
-            return
-        session = ctx.session
+        if session_id:
+            await self.list_changed.listed(session_id, version)
 
-        async def watch() -> None:
-            seen = version
-            try:
-                while True:
-                    await asyncio.sleep(WATCH_SECONDS)
-                    current = await cached_or_in_thread(
-                        team_catalogue_version, team_id=identity.team_id
-                    )
-                    if current != seen:
-                        seen = current
-                        await session.send_tool_list_changed()
-            except Exception:  # the session ended: its streams are closed
-                logger.debug("stopped watching the catalogue for session %s", session_id[:12])
-            finally:
-                self._watched.pop(session_id, None)
+    def _connection(self, ctx: ServerRequestContext[Any, Any]) -> Connection | None:
+        """The handshake session's connection (None for 2026-07-28 requests)."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or ctx.request is None:
+            return None
+        session_id = ctx.request.headers.get("mcp-session-id", "")
+        return self.connection_of(session_id) if session_id else None
 
-        self._watched[session_id] = asyncio.get_running_loop().create_task(watch())
+    async def stream_watch(self, session_id: str, scope: Scope, connection: Connection) -> None:
+        """While a handshake session's GET stream is open in this process: tell it when its
+        team's catalogue moves past what its client knows (list_changed.py)."""
+        user = scope.get("user")
+        if isinstance(user, CallerPrincipal):
+            await self.list_changed.watch(session_id, user.caller.team_id, connection)
 
     async def list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        content = await cached_or_in_thread(agent_content, identity=caller(ctx))
-        return types.ListResourcesResult.model_validate(
-            {"resources": [entry.listing for entry in content.resources.values()]}
-        )
+        content = await cached_or_in_thread(agent_content, identity=listing_caller(ctx))
+        return types.ListResourcesResult.model_validate({"resources": content.listed_resources()})
 
     async def list_resource_templates(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        content = await cached_or_in_thread(agent_content, identity=caller(ctx))
+        content = await cached_or_in_thread(agent_content, identity=listing_caller(ctx))
         return types.ListResourceTemplatesResult.model_validate(
-            {"resourceTemplates": [entry.listing for entry in content.templates]}
+            {"resourceTemplates": content.listed_templates()}
         )
 
     async def list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
-        content = await cached_or_in_thread(agent_content, identity=caller(ctx))
-        return types.ListPromptsResult.model_validate(
-            {"prompts": [entry.listing for entry in content.prompts.values()]}
-        )
+        content = await cached_or_in_thread(agent_content, identity=listing_caller(ctx))
+        return types.ListPromptsResult.model_validate({"prompts": content.listed_prompts()})
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        identity = caller(ctx)
+        identity = listing_caller(ctx)
         content = await cached_or_in_thread(agent_content, identity=identity)
         uri = str(params.uri)
         entry = resource_lookup(content, uri)
         if entry is None:
             raise MCPError(types.INVALID_PARAMS, f"No resource '{uri}' is offered to this team.")
         outcome = await self._forward(
-            ctx, identity, entry, uri, Operation("read_resource", entry.upstream), content.version
+            ctx, identity, entry, uri, Operation("read_resource", entry.upstream), content
         )
         result = dict(outcome)
         for item in result.get("contents", []):
@@ -215,7 +284,7 @@ class GatewayServer:
     async def get_prompt(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
     ) -> types.GetPromptResult:
-        identity = caller(ctx)
+        identity = listing_caller(ctx)
         content = await cached_or_in_thread(agent_content, identity=identity)
         entry = content.prompts.get(params.name)
         if entry is None:
@@ -223,26 +292,32 @@ class GatewayServer:
                 types.INVALID_PARAMS, f"No prompt '{params.name}' is offered to this team."
             )
         operation = Operation("get_prompt", entry.upstream, dict(params.arguments or {}))
-        outcome = await self._forward(ctx, identity, entry, params.name, operation, content.version)
+        outcome = await self._forward(ctx, identity, entry, params.name, operation, content)
         return types.GetPromptResult.model_validate(outcome)
 
     async def _forward(  # noqa: PLR0917 (one private step)
         self,
         ctx: ServerRequestContext[Any, Any],
-        identity: AgentIdentity,
+        identity: Caller,
         entry: ContentEntry,
         name: str,
         operation: Operation,
-        version: int,
+        content: AgentContent,
     ) -> dict[str, Any]:
         outcome = await self.gateway.forward(
             identity=identity,
-            target=entry.target,
+            entry=entry,
             name=name,
             op=operation,
             conversation=conversation_key(ctx, identity),
-            version=version,
+            content=content,
         )
+        if outcome.code == QUOTA_EXCEEDED:
+            raise quota_mcp_error(outcome)
+        if outcome.code == UNKNOWN_TOOL:  # hidden, or its server not granted whole: unknown
+            raise MCPError(types.INVALID_PARAMS, outcome.decision.message)
+        if outcome.outcome == CallOutcome.REFUSED:
+            raise MCPError(types.INVALID_REQUEST, f"Toolroom: {outcome.decision.message}")
         if outcome.code != "allowed":
             raise MCPError(types.INTERNAL_ERROR, f"Toolroom: {outcome.message}")
         return outcome.result
@@ -252,17 +327,24 @@ class GatewayServer:
     ) -> types.CallToolResult | types.InputRequiredResult:
         identity = caller(ctx)
         try:
-            questions = client_asker(ctx, params, token_id=identity.token_id)
+            questions = client_asker(
+                ctx, params, caller=caller_key(identity), connection=self._connection(ctx)
+            )
         except InvalidState as exc:
             raise MCPError(types.INVALID_PARAMS, f"Toolroom: {exc}") from exc
         conversation = conversation_key(ctx, identity)
-        meta = await meta_call(  # find_tools and call_tool in search mode (search_tools.py)
-            gateway=self.gateway,
-            identity=identity,
-            name=params.name,
-            arguments=dict(params.arguments or {}),
-            conversation=conversation,
-        )
+        try:
+            meta = await meta_call(  # find_tools and call_tool in search mode (search_tools.py)
+                gateway=self.gateway,
+                identity=identity,
+                name=params.name,
+                arguments=dict(params.arguments or {}),
+                conversation=conversation,
+            )
+        except DatabaseUnavailable as exc:
+            return types.CallToolResult.model_validate(
+                error_result(code=DATABASE_UNAVAILABLE, message=str(exc))
+            )
         if meta is not None:
             return meta
         outcome = await self.gateway.call(
@@ -273,13 +355,30 @@ class GatewayServer:
             via="mcp",
             questions=questions,
             version=ctx.request.scope.get(VERSION_SCOPE_KEY) if ctx.request is not None else None,
+            progress=client_progress(ctx),
+            log=client_log(ctx, self.log_levels),
         )
         if outcome.code == UNKNOWN_TOOL:
             raise MCPError(types.INVALID_PARAMS, outcome.decision.message)
+        if outcome.code == QUOTA_EXCEEDED:
+            raise quota_mcp_error(outcome)
+        if outcome.code in LINK_CODES and _declares_url_elicitation(ctx):
+            # The person must link (or re-link) their own account upstream: a 2025-11-25 client
+            # that declared URL-mode elicitation is given the page to open (-32042).
+            raise UrlElicitationRequiredError(
+                [
+                    types.ElicitRequestURLParams(
+                        message=outcome.message,
+                        url=upstream_link_page_url(),
+                        elicitation_id=f"toolroom-link-{uuid.uuid4().hex}",
+                    )
+                ],
+                message=outcome.message,
+            )
         if outcome.code == INPUT_REQUIRED:  # the server asked: ask the client, statelessly
             return input_required_result(
                 questions,
-                token_id=identity.token_id,
+                caller=caller_key(identity),
                 name=params.name,
                 arguments=dict(params.arguments or {}),
             )

@@ -1,18 +1,7 @@
 """Questions an upstream server asks mid-call (elicitation), passed on to the calling client where
 its protocol can carry it (docs/gateway.md), and otherwise refused at once with a clear reason.
 
-`CallQuestions` is the asker of one gateway call: the upstream session hands it the server's
-`elicitation/create` params (see `workers.adapters.mcp_client.Asker`); it forwards them to the
-caller's own asker (a handshake session), or collects the question for an `input_required`
-answer (a 2026-07-28 client), or refuses and remembers why, so the call ends with an error that
-names the server and says what could not be carried, never a hang.
-
-`input_required` is stateless on the gateway's side: the answers given so far travel in the
-`requestState` (signed with a key derived from SECRET_KEY, bound to the token, the tool and the
-arguments, expiring), and the retried call runs the tool again upstream, answering each question
-the server asks again from them in order (a question that differs from the one answered is asked
-anew). Like any MRTR retry, the tool runs again from the start.
-"""
+More: docs/gateway.md, "Module notes"."""
 
 from __future__ import annotations
 
@@ -26,10 +15,12 @@ from typing import Any
 
 import mcp_types as types
 from django.conf import settings
+from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from workers.adapters.mcp_client import Asker, AskRefused
+from workers.gateway.session_relay import ask_id
 
 INPUT_NOT_CARRIED = "input_not_carried"
 INPUT_REQUIRED = "input_required"
@@ -105,17 +96,17 @@ def _state_key() -> bytes:
     return hmac.new(settings.SECRET_KEY.encode(), b"toolroom request state", "sha256").digest()
 
 
-def _binding(token_id: int, name: str, arguments: dict[str, Any]) -> str:
-    return question_digest({"token": token_id, "tool": name, "arguments": arguments})
+def _binding(caller: str, name: str, arguments: dict[str, Any]) -> str:
+    return question_digest({"caller": caller, "tool": name, "arguments": arguments})
 
 
 def seal_state(
-    questions: CallQuestions, *, token_id: int, name: str, arguments: dict[str, Any]
+    questions: CallQuestions, *, caller: str, name: str, arguments: dict[str, Any]
 ) -> str:
     """The requestState of an input_required answer: the answers so far and the question."""
     assert questions.pending is not None  # noqa: S101 (only called with a question pending)
     payload = {
-        "b": _binding(token_id, name, arguments),
+        "b": _binding(caller, name, arguments),
         "q": questions.answers,
         "p": question_digest(questions.pending),
         "e": int(time.time()) + STATE_TTL_SECONDS,
@@ -129,7 +120,7 @@ def open_state(
     state: str,
     responses: dict[str, Any],
     *,
-    token_id: int,
+    caller: str,
     name: str,
     arguments: dict[str, Any],
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -142,7 +133,7 @@ def open_state(
         payload = json.loads(base64.urlsafe_b64decode(body.encode()))
     except ValueError as exc:
         raise InvalidState("The requestState is malformed.") from exc
-    if payload["b"] != _binding(token_id, name, arguments):
+    if payload["b"] != _binding(caller, name, arguments):
         raise InvalidState("The requestState belongs to another call.")
     if payload["e"] < time.time():
         raise InvalidState("The requestState expired; call the tool again.")
@@ -153,14 +144,14 @@ def open_state(
 
 
 def input_required_result(
-    questions: CallQuestions, *, token_id: int, name: str, arguments: dict[str, Any]
+    questions: CallQuestions, *, caller: str, name: str, arguments: dict[str, Any]
 ) -> types.InputRequiredResult:
     request = types.ElicitRequest.model_validate(
         {"method": "elicitation/create", "params": questions.pending}
     )
     return types.InputRequiredResult(
         input_requests={INPUT_KEY: request},
-        request_state=seal_state(questions, token_id=token_id, name=name, arguments=arguments),
+        request_state=seal_state(questions, caller=caller, name=name, arguments=arguments),
     )
 
 
@@ -168,12 +159,15 @@ def client_asker(
     ctx: ServerRequestContext[Any, Any],
     params: types.CallToolRequestParams | None = None,
     *,
-    token_id: int = 0,
+    caller: str = "",
+    connection: Connection | None = None,
 ) -> CallQuestions:
     """The calling MCP client as an asker. A 2026-07-28 client is asked with `input_required`
     (its retry's answers come from `params`); a handshake session that declared elicitation
     gets the server's question as an `elicitation/create` request on its session (the
-    standalone stream: the gateway answers requests as plain JSON, which cannot carry one)."""
+    standalone stream: the gateway answers requests as plain JSON, which cannot carry one),
+    through the session's `connection` under an id naming this replica, so its answer finds
+    the way back from whichever replica it is posted to (session_relay.py)."""
     if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
         answers: list[tuple[str, dict[str, Any]]] = []
         if params is not None and params.request_state:
@@ -184,7 +178,7 @@ def client_asker(
             answers = open_state(
                 params.request_state,
                 responses,
-                token_id=token_id,
+                caller=caller,
                 name=params.name,
                 arguments=dict(params.arguments or {}),
             )
@@ -198,7 +192,10 @@ def client_asker(
         request = types.ElicitRequest.model_validate(
             {"method": "elicitation/create", "params": params}
         )
-        answer = await session.send_request(request, types.ElicitResult)
+        if connection is not None:
+            answer = await connection.send_request(request, opts={"request_id": ask_id()})
+        else:
+            answer = await session.send_request(request, types.ElicitResult)
         return dict(answer.model_dump(by_alias=True, exclude_none=True, mode="json"))
 
     return CallQuestions(ask)

@@ -1,5 +1,6 @@
-"""The gateway's side of the runtime workers' private endpoints (workers/runtime_endpoint.py):
-one persistent connection per runtime worker, many calls in flight on it."""
+"""The gateway's side of the runtime workers (workers/runtime_endpoint.py): where a stdio or
+sandboxed server runs, starting it on demand, and one persistent connection per runtime worker
+with many calls in flight on it."""
 
 from __future__ import annotations
 
@@ -7,12 +8,35 @@ import asyncio
 import contextlib
 import itertools
 import json
+import time
+from collections.abc import Mapping
 from typing import Any, get_args
 
-from workers.adapters.mcp_client import Asker, AskRefused, FailureKind, McpFailure
+import anyio
+
+from registry.gateway import port
+from registry.gateway.port import CallTarget
+from workers.adapters.mcp_client import Asker, AskRefused, CallLog, FailureKind, McpFailure
+from workers.gateway.outcomes import (
+    BROKER_UNAVAILABLE,
+    CACHE_UNAVAILABLE,
+    Operation,
+    ToolroomUnavailable,
+)
+from workers.gateway.progress import Progress, current_caller_log, current_clock
+from workers.gateway.questions import current_questions
+from workers.gateway.registry_calls import in_thread
 from workers.runtime_endpoint import MAX_LINE_BYTES, encode
 
+START_POLL_SECONDS = 0.1
+DEMAND_SECONDS = 30.0
+
 _KINDS = frozenset(get_args(FailureKind))
+
+
+class RuntimeWorkerGone(McpFailure):
+    """The runtime worker's connection ended (not the server's process): another attempt may
+    reach the server through another worker."""
 
 
 class RuntimeLink:
@@ -22,6 +46,8 @@ class RuntimeLink:
         self.ids = itertools.count(1)
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.askers: dict[int, Asker] = {}  # who answers the questions of a call in flight
+        self.progress: dict[int, Progress] = {}  # where a call's progress reports go
+        self.logs: dict[int, CallLog] = {}  # where a call's log messages go (if asked for)
         self.asking: set[asyncio.Task[None]] = set()
         self.writer: asyncio.StreamWriter | None = None
         self.reader_task: asyncio.Task[None] | None = None
@@ -54,6 +80,20 @@ class RuntimeLink:
                     self.asking.add(task)
                     task.add_done_callback(self.asking.discard)
                     continue
+                if "progress" in message:  # the server reports progress of the call
+                    report = self.progress.get(message.get("id"))
+                    if report is not None:
+                        task = asyncio.create_task(self._report(report, message["progress"]))
+                        self.asking.add(task)
+                        task.add_done_callback(self.asking.discard)
+                    continue
+                if "log" in message:  # a log message of the call, for a caller who asked
+                    sink = self.logs.get(message.get("id"))
+                    if sink is not None:
+                        task = asyncio.create_task(self._log(sink, message["log"]))
+                        self.asking.add(task)
+                        task.add_done_callback(self.asking.discard)
+                    continue
                 future = self.pending.pop(message.get("id"), None)
                 if future is not None and not future.done():
                     future.set_result(message)
@@ -62,7 +102,9 @@ class RuntimeLink:
         finally:
             if self.writer is writer:
                 self.writer = None
-            failure = McpFailure("closed", f"the runtime worker at {self.address} went away.")
+            failure = RuntimeWorkerGone(
+                "closed", f"the runtime worker at {self.address} went away."
+            )
             for future in list(self.pending.values()):
                 if not future.done():
                     future.set_exception(failure)
@@ -83,27 +125,63 @@ class RuntimeLink:
             writer.write(encode(reply))
             await writer.drain()
 
-    async def call(self, request: dict[str, Any], asker: Asker | None = None) -> dict[str, Any]:
+    @staticmethod
+    async def _report(report: Progress, params: dict[str, Any]) -> None:
+        total, message = params.get("total"), params.get("message")
+        await report(
+            float(params.get("progress") or 0),
+            float(total) if total is not None else None,
+            str(message) if message is not None else None,
+        )
+
+    @staticmethod
+    async def _log(sink: CallLog, params: dict[str, Any]) -> None:
+        level = str(params.get("level") or "info")
+        if sink.wants(level):
+            logger_name = params.get("logger")
+            await sink.send(level, params.get("data"), str(logger_name) if logger_name else None)
+
+    async def call(
+        self,
+        request: dict[str, Any],
+        asker: Asker | None = None,
+        progress: Progress | None = None,
+        log: CallLog | None = None,
+    ) -> dict[str, Any]:
         """Send one call and wait for its answer (the caller bounds the wait); a question the
-        server asks meanwhile goes to `asker`."""
+        server asks meanwhile goes to `asker`, its progress reports to `progress`. A call
+        abandoned (cancelled) is cancelled in the worker too."""
         writer = await self._connect()
         request_id = next(self.ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = future
         if asker is not None:
             self.askers[request_id] = asker
+        if progress is not None:
+            self.progress[request_id] = progress
+        if log is not None:
+            self.logs[request_id] = log
+            request = {**request, "log_level": log.level}
         try:
             writer.write(encode({**request, "id": request_id}))
             await writer.drain()
         except ConnectionError as exc:
             self.pending.pop(request_id, None)
             self.askers.pop(request_id, None)
+            self.progress.pop(request_id, None)
+            self.logs.pop(request_id, None)
             raise McpFailure("connect", f"the runtime worker at {self.address}: {exc}") from exc
         try:
             message = await future
+        except asyncio.CancelledError:
+            with contextlib.suppress(ConnectionError):
+                writer.write(encode({"cancel": request_id}))
+            raise
         finally:
             self.pending.pop(request_id, None)
             self.askers.pop(request_id, None)
+            self.progress.pop(request_id, None)
+            self.logs.pop(request_id, None)
         if "error" in message:
             error = message["error"]
             kind = error.get("kind")
@@ -118,3 +196,98 @@ class RuntimeLink:
             self.reader_task.cancel()
             with contextlib.suppress(BaseException):
                 await self.reader_task
+
+
+class RuntimeRoute:
+    """How this gateway process reaches the stdio and sandboxed servers: where each runs (kept
+    until a call fails), when it last asked for one to stay warm, the links to the workers."""
+
+    def __init__(self, secret: bytes) -> None:
+        self.secret = secret
+        self.locations: dict[int, port.RuntimeLocation] = {}
+        self.links: dict[str, RuntimeLink] = {}
+        self._demanded: dict[int, float] = {}
+
+    async def call(  # noqa: PLR0917 (the steps of one call)
+        self,
+        target: CallTarget,
+        key: tuple[int, str],
+        arguments: Mapping[str, Any],
+        end: float,
+        meta: dict[str, Any] | None,
+        op: Operation,
+    ) -> dict[str, Any]:
+        """A stdio or sandboxed server: through the private endpoint of the runtime worker that
+        holds it, started on demand (the call waits for it within its deadline)."""
+        server_id = target.server_id
+        location = self.locations.get(server_id)
+        if location is None or not location.running:
+            location = await self._location(server_id)
+        if not location.running:
+            try:
+                await in_thread(
+                    port.server_runtime_demand,
+                    server_id=server_id,
+                    idle_stop_seconds=target.policy.idle_stop_seconds,
+                    start=True,
+                )
+            except port.BrokerUnavailable as exc:
+                raise ToolroomUnavailable(
+                    BROKER_UNAVAILABLE,
+                    f"the server is not running and could not be started: {exc}.",
+                ) from exc
+            self._demanded[server_id] = time.monotonic()
+            # Sent as soon as a runtime worker has claimed the server: it opens the call's
+            # per-team or per-conversation session while the server's own session starts.
+            while not location.reachable:
+                if time.monotonic() + START_POLL_SECONDS >= end:
+                    raise McpFailure(
+                        "timeout",
+                        "the server is not running and did not start within the call deadline "
+                        "(it is starting now: try again shortly).",
+                    )
+                await anyio.sleep(START_POLL_SECONDS)
+                location = await self._location(server_id)
+        elif time.monotonic() - self._demanded.get(server_id, 0.0) >= DEMAND_SECONDS:
+            # Keep an on-demand server warm while it is used (written at most twice a minute).
+            self._demanded[server_id] = time.monotonic()
+            await in_thread(
+                port.server_runtime_demand,
+                server_id=server_id,
+                idle_stop_seconds=target.policy.idle_stop_seconds,
+                start=False,
+            )
+        if location.running:
+            self.locations[server_id] = location  # a starting one is looked up again
+        assert location.address is not None  # noqa: S101 (reachable implies an address)
+        link = self.links.get(location.address)
+        if link is None:
+            link = self.links[location.address] = RuntimeLink(location.address, self.secret)
+        clock = current_clock.get()  # the worker's deadline is the maximum; ours moves
+        try:
+            return await link.call(
+                {
+                    "server_id": server_id,
+                    "scope": key[1],
+                    "tool": target.tool_name,
+                    "arguments": dict(arguments),
+                    "timeout": clock.remaining() if clock else max(0.05, end - time.monotonic()),
+                    "meta": meta or {},
+                    "op": op.kind,
+                    "name": op.name,
+                    "op_arguments": op.arguments or {},
+                },
+                asker=current_questions.get(),
+                progress=clock.progress if clock else None,
+                log=current_caller_log.get(),
+            )
+        except McpFailure as failure:
+            if failure.kind in ("connect", "closed"):
+                self.locations.pop(server_id, None)  # look it up again on the next attempt
+            raise
+
+    async def _location(self, server_id: int) -> port.RuntimeLocation:
+        try:
+            return await in_thread(port.server_runtime_location, server_id=server_id)
+        except port.RuntimeAddressUnavailable as exc:
+            raise ToolroomUnavailable(CACHE_UNAVAILABLE, f"{exc}.") from exc

@@ -1,14 +1,7 @@
 """`subscriptions/listen` at the gateway (2026-07-28 clients): a listening client is told when
 its team's catalogue version moves, as handshake sessions get `notifications/tools/list_changed`.
 
-One listen request is one stream (the SDK serves its response as SSE even in JSON mode). Streams
-are grouped by team; while a team has streams, one watcher task reads its catalogue version (one
-cache read a second, like the handshake watch) and, when it moved, checks each stream's token
-again (a revoke bumps the version: a revoked token's stream ends with an error) and sends
-`tools`, `prompts` and `resources` list-changed events to the streams that asked for them (the
-team's resources and prompts follow the same version). No replay: a dropped stream re-listens and
-refetches, as the protocol says.
-"""
+More: docs/gateway.md, "Module notes"."""
 
 from __future__ import annotations
 
@@ -33,16 +26,16 @@ from mcp.shared.subscriptions import (
     event_to_notification,
 )
 
-from registry.gateway.listing import team_catalogue_version
-from workers.gateway.auth import AgentPrincipal, agent_identity
-from workers.gateway.calls import cached_or_in_thread, in_thread
+from registry.gateway.port import caller_still_good, team_catalogue_version
+from workers.gateway.auth import CallerPrincipal
+from workers.gateway.registry_calls import cached_or_in_thread, in_thread
 
 logger = logging.getLogger(__name__)
 
 LISTEN_POLL_SECONDS = 1.0
 MAX_STREAMS = 10_000
 MAX_BUFFERED_EVENTS = 64
-ENDED_BY_REVOKE = "The agent token is no longer valid; the subscription ended."
+ENDED_BY_REVOKE = "The token is no longer valid; the subscription ended."
 # What moves with a team's catalogue version: its tools, and the resources and prompts offered.
 VERSION_EVENTS: tuple[ServerEvent, ...] = (
     ToolsListChanged(),
@@ -74,7 +67,7 @@ def _honored(requested: types.SubscriptionFilter) -> types.SubscriptionFilter:
 
 
 def _token_valid(plain: str) -> bool:
-    return agent_identity(plain=plain) is not None
+    return caller_still_good(plain=plain)
 
 
 class TeamListen:
@@ -93,15 +86,15 @@ class TeamListen:
             raise MCPError(types.INVALID_REQUEST, "subscriptions/listen requires a request id")
         request = ctx.request
         user = request.scope.get("user") if request is not None else None
-        if not isinstance(user, AgentPrincipal):  # RequireAuthMiddleware lets no one else in
-            raise MCPError(types.INVALID_REQUEST, "Not authenticated with an agent token.")
+        if not isinstance(user, CallerPrincipal):  # RequireAuthMiddleware lets no one else in
+            raise MCPError(types.INVALID_REQUEST, "Not authenticated.")
         if self.count >= MAX_STREAMS:
             raise MCPError(types.INTERNAL_ERROR, "Toolroom: too many open subscriptions.")
         honored = _honored(params.notifications)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
         send, recv = anyio.create_memory_object_stream[ServerEvent | str](MAX_BUFFERED_EVENTS)
         stream = _Stream(token=user.access_token.token, send=send)
-        team_id = user.agent.team_id
+        team_id = user.caller.team_id
         # The version this stream starts from: a change after the acknowledgement is told.
         version = await cached_or_in_thread(team_catalogue_version, team_id=team_id)
         self._add(team_id, stream, version)

@@ -23,7 +23,7 @@ WHATIF = {name for name in os.environ.get("BENCH_WHATIF", "").split(",") if name
 if WHATIF:
     import httpx2
 
-    from workers.adapters import mcp_client
+    from workers.adapters import guarded_http, mcp_client
 
     if "cached-ssl" in WHATIF:
 
@@ -35,7 +35,7 @@ if WHATIF:
             *, headers: Any, allowed_networks: Any, deadlines: Any
         ) -> httpx2.AsyncClient:
             transport = httpx2.AsyncHTTPTransport(trust_env=False, verify=_ssl_context())
-            transport._pool._network_backend = mcp_client._GuardedBackend(allowed_networks)
+            transport._pool._network_backend = guarded_http.GuardedBackend(allowed_networks)
             return httpx2.AsyncClient(
                 headers=dict(headers),
                 timeout=httpx2.Timeout(deadlines.call, connect=deadlines.connect),

@@ -23,31 +23,27 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from registry.api.authentication import INVALID_TOKEN_MESSAGE, AgentTokenAuthentication
-from registry.api.permissions import IsAgent
-from registry.api.serializers import (
+from registry.api.catalogue_query import (
     CatalogueQuerySerializer,
-    ClientConfigQuerySerializer,
-    OfficialListQuerySerializer,
+    catalogue_headers,
+    catalogue_query,
+    catalogue_query_document,
 )
+from registry.api.permissions import IsAgent
+from registry.api.serializers import ClientConfigQuerySerializer, OfficialListQuerySerializer
+from registry.catalogue.client_configs import render_client_config
 from registry.catalogue.documents import (
+    CatalogueDocument,
     catalogue_document,
     catalogue_etag,
     declarations_digest,
     etag_matches,
-    tools_variant,
 )
 from registry.catalogue.formats import (
+    gateway_url,
     preflight_data,
     registry_namespace,
-    render_client_config,
     render_official_list,
-)
-from registry.catalogue.fragments import tools_document_body
-from registry.catalogue.search import (
-    DEFAULT_SEARCH_LIMIT,
-    SearchRequest,
-    search_document,
-    search_variant,
 )
 from registry.catalogue.selectors import (
     Catalogue,
@@ -56,8 +52,9 @@ from registry.catalogue.selectors import (
     catalogue_preflight,
 )
 from registry.catalogue.versions import CatalogueState, catalogue_state
-from registry.core.cache import cache_degraded
-from registry.teams.tokens import AgentIdentity, token_mark_used
+from registry.core.cache import degraded_marker
+from registry.teams.callers import Caller, PersonIdentity, caller_mark_used
+from registry.teams.tokens import AgentIdentity
 
 ERROR_RESPONSES = {
     400: OpenApiResponse(OpenApiTypes.OBJECT, description="Invalid parameters (error format)."),
@@ -76,15 +73,11 @@ IF_NONE_MATCH = OpenApiParameter(
 )
 
 
-# Set on answers made without the cache (it is down or its circuit is open): correct, but slower.
-DEGRADED_HEADER = "X-Toolroom-Degraded"
-
-
 def public_url(request: Request) -> str:
     return settings.TOOLROOM_PUBLIC_URL or request.build_absolute_uri("/")
 
 
-def _build(identity: AgentIdentity, category: str | None = None) -> Catalogue:
+def _build(identity: Caller, category: str | None = None) -> Catalogue:
     try:
         return catalogue_for_agent(
             team_id=identity.team_id, role_id=identity.role_id, category=category
@@ -97,32 +90,36 @@ class AgentView(APIView):
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
 
-    def identity(self) -> AgentIdentity:
+    def identity(self) -> Caller:
         identity = self.request.auth
-        assert isinstance(identity, AgentIdentity)  # noqa: S101 (IsAgent made sure)
+        assert isinstance(identity, AgentIdentity | PersonIdentity)  # noqa: S101 (IsAgent did)
         return identity
 
     def conditional(
-        self, variant: str, build: Callable[[CatalogueState], dict[str, Any] | bytes]
+        self, variant: str, document: Callable[[CatalogueState, str], CatalogueDocument]
     ) -> HttpResponse:
-        """304 for a current ETag, else the (cached or freshly built) document."""
+        """304 for a current ETag, else the document for the team's state and the ETag."""
         identity = self.identity()
         state = catalogue_state(team_id=identity.team_id)
         etag = catalogue_etag(identity=identity, state=state, variant=variant)
         if etag_matches(self.request.headers.get("If-None-Match", ""), etag):
-            token_mark_used(identity, may_write_database=False)
+            caller_mark_used(identity, may_write_database=False)
             response: HttpResponse = HttpResponseNotModified()
         else:
-            document = catalogue_document(etag=etag, build=lambda: build(state))
-            token_mark_used(identity, may_write_database=True)
-            response = HttpResponse(document.body, content_type="application/json")
-            response["X-Toolroom-Cache"] = "hit" if document.from_cache else "miss"
-        response["ETag"] = etag
-        response["Cache-Control"] = "private, no-cache"
-        response["Vary"] = "Authorization"
-        if cache_degraded():
-            response[DEGRADED_HEADER] = "cache"
+            answer = document(state, etag)
+            caller_mark_used(identity, may_write_database=True)
+            response = HttpResponse(answer.body, content_type="application/json")
+            response["X-Toolroom-Cache"] = "hit" if answer.from_cache else "miss"
+        for name, value in catalogue_headers(etag=etag, degraded=degraded_marker()):
+            response[name] = value
         return response
+
+
+def built(
+    build: Callable[[CatalogueState], dict[str, Any] | bytes],
+) -> Callable[[CatalogueState, str], CatalogueDocument]:
+    """A document from the document cache, or built by `build` (and kept)."""
+    return lambda state, etag: catalogue_document(etag=etag, build=lambda: build(state))
 
 
 class CatalogueView(AgentView):
@@ -146,63 +143,34 @@ class CatalogueView(AgentView):
         tags=["catalogue"],
     )
     def get(self, request: Request) -> HttpResponse:
-        query = CatalogueQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        fmt: str = query.validated_data["format"]
-        category: str | None = query.validated_data.get("category")
+        serializer = CatalogueQuerySerializer(data=request.query_params)
+        serializer.is_valid(raise_exception=True)
+        query = catalogue_query(serializer.validated_data)
         identity = self.identity()
-        if "q" in query.validated_data:
-            return self._search(
-                identity,
-                fmt=fmt,
-                category=category,
-                text=query.validated_data["q"],
-                limit=query.validated_data.get("limit", DEFAULT_SEARCH_LIMIT),
-            )
-        with_preflight = fmt == "native" and bool(identity.declared_servers)
 
-        def build(state: CatalogueState) -> bytes:
+        def document(state: CatalogueState, etag: str) -> CatalogueDocument:
             try:
-                return tools_document_body(
-                    fmt=fmt,
-                    team_id=identity.team_id,
-                    role_id=identity.role_id,
-                    version=state.version,
-                    category=category,
-                    declared_servers=identity.declared_servers if with_preflight else None,
+                return catalogue_query_document(
+                    identity=identity, state=state, query=query, etag=etag
                 )
             except UnknownRole as exc:  # the token's role or team is gone
                 raise AuthenticationFailed(INVALID_TOKEN_MESSAGE) from exc
 
-        return self.conditional(tools_variant(fmt=fmt, category=category, identity=identity), build)
-
-    def _search(
-        self, identity: AgentIdentity, *, fmt: str, category: str | None, text: str, limit: int
-    ) -> HttpResponse:
-        def build(state: CatalogueState) -> dict[str, Any] | bytes:
-            try:
-                return search_document(
-                    fmt=fmt,
-                    team_id=identity.team_id,
-                    role_id=identity.role_id,
-                    category=category,
-                    search=SearchRequest(text=text, limit=limit),
-                    version=state.version,
-                )
-            except UnknownRole as exc:  # the token's role or team is gone
-                raise AuthenticationFailed(INVALID_TOKEN_MESSAGE) from exc
-
-        variant = search_variant(fmt=fmt, category=category, query=text, limit=limit)
-        return self.conditional(variant, build)
+        return self.conditional(query.variant(identity), document)
 
 
 class ClientConfigView(AgentView):
     @extend_schema(
         operation_id="catalogue_client_config",
         summary="An MCP client configuration (mcp.json) for the team",
-        description="`client=claude` gives the `mcpServers` shape (Claude Desktop, Claude Code), "
-        "`client=vscode` the `servers` shape with a prompted input for the token. The entry "
-        "points at the team's endpoint on the Toolroom gateway; the token stays out of the file.",
+        description="The entry each MCP client accepts for the team's endpoint on the Toolroom "
+        "gateway; the token stays out of the file. `client=claude-code` (the default; `claude` "
+        "too): `mcpServers` with `${TOOLROOM_AGENT_TOKEN}`, which Claude Code expands. "
+        "`claude-desktop`: `mcpServers` running mcp-remote, the token in its `env`. `vscode`: "
+        "`servers` with a password input. `cursor`: `mcpServers` with "
+        "`${env:TOOLROOM_AGENT_TOKEN}`. `inspector`: the Inspector's config file, without the "
+        'header (pass `--header "Authorization: Bearer $TOOLROOM_AGENT_TOKEN"` on its command '
+        "line: it expands nothing in the file). Another value answers 400 naming the choices.",
         parameters=[ClientConfigQuerySerializer, IF_NONE_MATCH],
         responses={
             200: OpenApiResponse(OpenApiTypes.OBJECT, description="The client config."),
@@ -219,9 +187,9 @@ class ClientConfigView(AgentView):
         url = public_url(request)
 
         def build(state: CatalogueState) -> dict[str, Any]:
-            return render_client_config(_build(identity), client=client, public_url=url)
+            return render_client_config(_build(identity), client=client, gateway=gateway_url(url))
 
-        return self.conditional(f"client|{client}|{url}", build)
+        return self.conditional(f"client|{client}|{url}", built(build))
 
 
 class PreflightView(AgentView):
@@ -249,7 +217,7 @@ class PreflightView(AgentView):
             return {"version": state.version, **preflight_data(preflight)}
 
         return self.conditional(
-            f"preflight|{declarations_digest(identity) or identity.token_id}", build
+            f"preflight|{declarations_digest(identity) or identity.token_id}", built(build)
         )
 
 
@@ -308,4 +276,4 @@ class OfficialServerListView(AgentView):
                 next_cursor=next_cursor,
             )
 
-        return self.conditional(f"official|{after}|{limit}|{search}|{version}|{url}", build)
+        return self.conditional(f"official|{after}|{limit}|{search}|{version}|{url}", built(build))

@@ -1,5 +1,5 @@
 """`GET /api/v1/catalogue/explain?tool=NAME`: why the agent's team and role can (or cannot) use a
-tool, rule by rule, from `registry.catalogue.explain.access_explain`.
+tool, rule by rule, from `registry.access.explain.access_explain`.
 
 An agent asks about its own team and role only (both come from its token; there is no parameter
 to name another). A name that is neither a tool of an approved server nor covered by one of the
@@ -9,29 +9,29 @@ team cannot browse, or about other teams' grants, leaks through it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import JsonResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import AuthenticationFailed, NotFound
 from rest_framework.request import Request
 
+from registry.access.explain import RULES, access_explain, tool_for_agent_name
 from registry.api.authentication import INVALID_TOKEN_MESSAGE
 from registry.api.views.catalogue import ERROR_RESPONSES, AgentView
-from registry.api.views.tools import CONVERSATION_HEADER
-from registry.catalogue.explain import RULES, access_explain, tool_for_agent_name
-from registry.gateway.calls import rest_conversation_key
+from registry.teams.callers import caller_mark_used
 from registry.teams.models import TeamRole
-from registry.teams.tokens import token_mark_used
 
 
-class ExplainQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ExplainQuerySerializer(serializers.Serializer[Any]):
     tool = serializers.CharField(
         max_length=200, help_text="The tool's catalogue name (`<server>__<tool>`)."
     )
 
 
-class RuleResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class RuleResultSerializer(serializers.Serializer[Any]):
     rule = serializers.ChoiceField(choices=RULES)
     passed = serializers.BooleanField()
     at_call_time = serializers.BooleanField(
@@ -42,7 +42,7 @@ class RuleResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
     facts = serializers.DictField()
 
 
-class AccessExplanationSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class AccessExplanationSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
     team = serializers.CharField()
     role = serializers.CharField()
@@ -68,17 +68,9 @@ class ExplainView(AgentView):
         "(scope, role, expiry, who granted, the access request), the server's review status, "
         "the tool's approval (hash, approver, note, findings acknowledged) and whether the "
         "current definition is still the approved one, the role's permission classes against "
-        "the tool's, health, the gateway mode, the circuit and the private-data ratchet (for the "
-        "conversation named in `Mcp-Conversation-Id`). Only the agent's own team and role.",
-        parameters=[
-            ExplainQuerySerializer,
-            OpenApiParameter(
-                CONVERSATION_HEADER,
-                OpenApiTypes.STR,
-                OpenApiParameter.HEADER,
-                description="The conversation whose private-data ratchet to check.",
-            ),
-        ],
+        "the tool's, health, the gateway mode, the circuit and the private-data ratchet (of "
+        "this token, and for a person's token the person). Only the agent's own team and role.",
+        parameters=[ExplainQuerySerializer],
         responses={
             200: AccessExplanationSerializer,
             404: OpenApiResponse(
@@ -103,13 +95,8 @@ class ExplainView(AgentView):
         tool = tool_for_agent_name(team=role.team, name=name)
         if tool is None:
             raise NotFound(f"No tool named '{name}' is available to this team.")
-        conversation = rest_conversation_key(
-            token_id=identity.token_id, conversation=request.headers.get(CONVERSATION_HEADER, "")
-        )
-        explanation = access_explain(
-            team=role.team, role=role, tool=tool, conversation=conversation
-        )
-        token_mark_used(identity, may_write_database=True)
+        explanation = access_explain(team=role.team, role=role, tool=tool, caller=identity)
+        caller_mark_used(identity, may_write_database=True)
         response = JsonResponse(explanation.as_dict())
         response["Cache-Control"] = "private, no-store"
         return response

@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 
+from registry.access.private_data import RatchetUnavailable, private_data_reset
 from registry.api.pagination import TeamListPagination
 from registry.api.permissions import IsPerson
 from registry.api.serializers import (
@@ -36,12 +37,15 @@ from registry.api.serializers import (
     BrowseQuerySerializer,
     BrowseServerSerializer,
     GrantSerializer,
+    PrivateDataResetResultSerializer,
+    PrivateDataResetSerializer,
     RevokeSerializer,
     TeamSerializer,
     TeamToolExposureSerializer,
 )
 from registry.api.throttling import DegradableScopedRateThrottle
 from registry.api.viewsets import TeamScopedViewSet
+from registry.core.api_errors import api_error_body
 from registry.servers.models import McpServer
 from registry.teams import services
 from registry.teams.models import AccessRequest, AgentToken, Grant, Team, TeamAction, teams_for_user
@@ -61,7 +65,7 @@ ERRORS = {
     list=extend_schema(summary="The caller's teams", tags=["teams"]),
     retrieve=extend_schema(summary="One of the caller's teams", tags=["teams"]),
 )
-class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
+class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Team]):
     permission_classes = [IsPerson]
     pagination_class = TeamListPagination
     serializer_class = TeamSerializer
@@ -94,6 +98,37 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         )
         return Response(TeamSerializer(updated).data)
 
+    @extend_schema(
+        summary="Reset the team's private-data ratchet (team owners; audited)",
+        description="Clears the private-data marks of the team's agent tokens and people, so "
+        "connect-class tools are callable again after a confidential read (docs/gateway.md, "
+        '"The private-data ratchet"). Recorded in the audit trail with what was cleared. 503 '
+        "when the shared cache refuses.",
+        request=PrivateDataResetSerializer,
+        responses={200: PrivateDataResetResultSerializer, **ERRORS},
+        tags=["teams"],
+    )
+    @action(detail=True, methods=["post"], url_path="private-data-reset")
+    def private_data_reset(self, request: Request, slug: str | None = None) -> Response:
+        team = self.get_object()
+        if not teams_for_user(request.user, TeamAction.MANAGE).filter(pk=team.pk).exists():
+            raise PermissionDenied("Only the team's owners can do this.")
+        data = PrivateDataResetSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            reset = private_data_reset(
+                actor=request.user, team=team, reason=data.validated_data["reason"]
+            )
+        except RatchetUnavailable:
+            return Response(
+                api_error_body(
+                    "ratchet_unavailable",
+                    "The shared cache refuses; the private-data marks were not reset.",
+                ),
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            )
+        return Response({"team": team.slug, "cleared": reset.cleared})
+
 
 @extend_schema_view(
     list=extend_schema(
@@ -106,7 +141,7 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 class BrowseServerViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
-    viewsets.GenericViewSet,  # type: ignore[type-arg]
+    viewsets.GenericViewSet[McpServer],
 ):
     permission_classes = [IsPerson]
     pagination_class = TeamListPagination

@@ -1,4 +1,5 @@
-"""Shared pieces of the vetting workplace's pages: the coloured badges for statuses and reviews."""
+"""Shared pieces of the vetting workplace's pages: the coloured badges for statuses and reviews
+(of tools, resources and prompts)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ from django.utils.safestring import SafeString
 from registry.servers.models import (
     ApprovalState,
     Health,
+    ItemReview,
     ReviewStatus,
+    ServerPrompt,
+    ServerResource,
 )
 from registry.servers.selectors import (
     ToolReviewState,
 )
 
-_BADGE_COLOURS = {
+_BADGE_COLOURS: dict[str, str] = {
     ReviewStatus.DRAFT: "#777",
     ReviewStatus.PENDING_REVIEW: "#b26b00",
     ReviewStatus.APPROVED: "#1a7f37",
@@ -53,8 +57,22 @@ def review_badge(state: ToolReviewState) -> SafeString:
     )
 
 
+def item_review_badge(item: ServerResource | ServerPrompt) -> SafeString:
+    """A resource's or prompt's review as a badge: approved, awaiting approval, changed since
+    approval, or hidden."""
+    if item.is_approved:
+        key, label = "approved", "Approved"
+    elif item.review_state == ItemReview.HIDDEN:
+        key, label = "revoked", "Hidden"
+    elif item.definition_changed:
+        key, label = "changed", "Changed since approval"
+    else:
+        key, label = "new", "Awaiting approval"
+    return review_badge(ToolReviewState(key, label))
+
+
 def badge(value: str, label: str) -> SafeString:
-    colour = _BADGE_COLOURS.get(value, "#555")  # type: ignore[call-overload]
+    colour = _BADGE_COLOURS.get(value, "#555")
     return format_html(
         '<span style="color:#fff;background:{};padding:1px 6px;border-radius:8px;'
         'white-space:nowrap">{}</span>',

@@ -6,12 +6,15 @@ import json
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from registry.core.secret_fields import mask_secret
+from registry.core.secret_fields import MASK, mask_secret
+from registry.servers.dependency_locks import LockError, dependencies_resolve, lock_matches
 from registry.servers.importing.launchers import LauncherError, PackagePin, launcher_adopt
 from registry.servers.importing.package_versions import PackageLookupError
-from registry.servers.models import McpServer, PermissionClass, Transport
+from registry.servers.models import McpServer, PermissionClass, Transport, UpstreamAuth
+from registry.servers.oauth_probe import has_authorization_header, oauth_resource_metadata
 from registry.servers.services import SECRET_FIELDS, SERVER_EDITABLE_FIELDS
 
 
@@ -43,6 +46,13 @@ def secrets_from_text(text: str, *, current: dict[str, str], what: str) -> dict[
         old = current.get(name)
         if old is not None and old and value == mask_secret(old):
             value = old
+        elif MASK in value:
+            # The mask stands for the value stored under this very name; a renamed or new entry
+            # has none, and the mask itself must never become the secret.
+            raise ValidationError(
+                f"{name} (line {number}) holds the mask {MASK} but no value is stored under "
+                "that name (a renamed entry does not take its old value along): type the value."
+            )
         result[name] = value
     return result
 
@@ -93,11 +103,26 @@ class McpServerAdminForm(forms.ModelForm[McpServer]):
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
         help_text="Proxied network only: one host:port per line, e.g. api.github.com:443.",
     )
+    env_not_secret = forms.CharField(
+        label="Env values that are not secret",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60, "spellcheck": "false"}),
+        help_text="One env name per line (a path, a log level): its value is shown as it is "
+        "in errors and in the call audit instead of masked.",
+    )
+    storage = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60, "spellcheck": "false"}),
+        help_text="Sandboxed servers: one volume per line, 'PATH SCOPE SIZE_MB', e.g. "
+        "'/data team 64'; scope is server, team or conversation (as narrow as the gateway's "
+        "isolation scope at most). Kept across restarts; listed below with what they hold.",
+    )
 
     class Meta:
         model = McpServer
-        # env and headers are edited through the masked text fields above.
-        fields = sorted(SERVER_EDITABLE_FIELDS - SECRET_FIELDS)
+        # env and headers are edited through the masked text fields above; the dependency lock
+        # is resolved (clean), never typed.
+        fields = sorted(SERVER_EDITABLE_FIELDS - SECRET_FIELDS - {"package_lock"})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -106,6 +131,11 @@ class McpServerAdminForm(forms.ModelForm[McpServer]):
             self.instance.headers or {}, separator=": "
         )
         self.initial["egress_allowlist"] = "\n".join(self.instance.egress_allowlist or [])
+        self.initial["env_not_secret"] = "\n".join(self.instance.env_not_secret or [])
+        self.initial["storage"] = "\n".join(
+            f"{item.get('path')} {item.get('scope')} {item.get('size_mb')}"
+            for item in self.instance.storage or []
+        )
 
     def clean_env_text(self) -> dict[str, str]:
         return secrets_from_text(
@@ -119,6 +149,23 @@ class McpServerAdminForm(forms.ModelForm[McpServer]):
             what="headers",
         )
 
+    def clean_env_not_secret(self) -> list[str]:
+        text = self.cleaned_data.get("env_not_secret") or ""
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+    def clean_storage(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = []
+        for number, line in enumerate((self.cleaned_data.get("storage") or "").splitlines(), 1):
+            words = line.split()
+            if not words:
+                continue
+            if len(words) != 3 or not words[2].isdigit():
+                raise forms.ValidationError(
+                    f"Line {number}: write PATH SCOPE SIZE_MB, e.g. '/data team 64'."
+                )
+            entries.append({"path": words[0], "scope": words[1], "size_mb": int(words[2])})
+        return entries
+
     def clean_egress_allowlist(self) -> list[str]:
         text = self.cleaned_data.get("egress_allowlist") or ""
         return [line.strip() for line in text.splitlines() if line.strip()]
@@ -126,7 +173,61 @@ class McpServerAdminForm(forms.ModelForm[McpServer]):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         self._adopt_launcher(cleaned)
+        self._lock_dependencies(cleaned)
+        self._recognise_person_oauth(cleaned)
         return cleaned
+
+    def _recognise_person_oauth(self, cleaned: dict[str, Any]) -> None:
+        """A new (or moved) HTTP server that answers 401 naming its OAuth resource metadata
+        signs each person in: it is saved as a per-person server, as an import would."""
+        url = cleaned.get("url") or ""
+        if (
+            not settings.TOOLROOM_IMPORT_PROBE_OAUTH
+            or cleaned.get("transport") != Transport.STREAMABLE_HTTP
+            or cleaned.get("upstream_auth") != UpstreamAuth.SHARED
+            or (self.instance.pk is not None and url == self.instance.url)
+            or has_authorization_header(cleaned.get("headers_text"))
+        ):
+            return
+        metadata = oauth_resource_metadata(url)
+        if not metadata:
+            return
+        cleaned["upstream_auth"] = UpstreamAuth.PERSON_OAUTH
+        self.adopted_fields.add("upstream_auth")
+        self.launcher_notes.append(
+            f"It answers 401 without a token and names its OAuth resource metadata "
+            f"({metadata[:200]}): it signs each person in with their own account, so it is saved "
+            "as a per-person server (each person's OAuth). People link their accounts under "
+            "Connected accounts; link yours for discovery on this page."
+        )
+
+    def _lock_dependencies(self, cleaned: dict[str, Any]) -> None:
+        """A package that is new or moved gets its dependency tree resolved and recorded, as
+        an import does; a lock that still fits is kept."""
+        registry = cleaned.get("package_registry") or ""
+        identifier = cleaned.get("package_identifier") or ""
+        version = cleaned.get("package_version") or ""
+        current = self.instance.package_lock or {}
+        if registry not in ("pypi", "npm") or not identifier or not version:
+            if current:
+                cleaned["package_lock"] = {}
+                self.adopted_fields.add("package_lock")
+            return
+        if lock_matches(current, registry=registry, identifier=identifier, version=version):
+            return
+        if not settings.TOOLROOM_IMPORT_LOCK_DEPENDENCIES:
+            if current:  # a lock of another version would be refused: it goes
+                cleaned["package_lock"] = {}
+                self.adopted_fields.add("package_lock")
+            return
+        try:
+            lock = dependencies_resolve(registry=registry, identifier=identifier, version=version)
+        except LockError as exc:
+            self.add_error("package_version", exc.message)
+            return
+        cleaned["package_lock"] = lock.as_json()
+        self.adopted_fields.add("package_lock")
+        self.launcher_notes.append(f"Dependencies locked: {lock.summary()}.")
 
     def _adopt_launcher(self, cleaned: dict[str, Any]) -> None:
         """`npx -y pkg`, `uvx pkg`, `docker run ... IMAGE` typed as the command become a pinned
@@ -161,7 +262,9 @@ class McpServerAdminForm(forms.ModelForm[McpServer]):
         self.launcher_notes = adoption.warnings
 
     def _post_clean(self) -> None:
-        # The model validates env and headers with everything else.
+        # The model validates env and headers (and the lock) with everything else.
+        if "package_lock" in self.cleaned_data:
+            self.instance.package_lock = self.cleaned_data["package_lock"]
         self.instance.env = self.cleaned_data.get("env_text", self.instance.env)
         self.instance.headers = self.cleaned_data.get("headers_text", self.instance.headers)
         super()._post_clean()  # type: ignore[misc]  # private in the stubs, public in Django

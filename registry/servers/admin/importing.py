@@ -143,6 +143,15 @@ def _confirm(
         # Checked again: the registry, or the user's permissions, may have changed since.
         plan = import_plan(content=content, filename=payload["filename"], options=options)
         _check_change_permission(request, plan)
+        if plan.updated_slugs and request.POST.get("confirm_updates") != "yes":
+            # An entry named like an existing server changes that server: said in the plan,
+            # and done only once the admin ticks the box that names them.
+            messages.error(
+                request,
+                "Nothing was imported: tick the box to confirm updating the existing "
+                "server(s) the plan names.",
+            )
+            return _render(model_admin, request, form=None, plan=plan, token=request.POST["token"])
         result = import_apply(plan=plan, actor=request.user)
     except ImportFileError as exc:
         form = ImportUploadForm(may_vouch=may_vouch)

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -18,6 +18,13 @@ from django.utils import timezone
 
 from registry.core.admin_ids import object_id_or_404
 from registry.core.errors import ApplicationError
+from registry.servers.jobs.discovery import (
+    discovery_request,
+    discovery_runs_needing_attention,
+)
+from registry.servers.jobs.health import health_request, server_uptime
+from registry.servers.jobs.runtime import runtime_live_owner, runtime_request
+from registry.servers.jobs.sandbox_preparation import sandbox_preparation_current
 from registry.servers.models import (
     ApprovalState,
     DiscoveryRun,
@@ -30,14 +37,7 @@ from registry.servers.models import (
     ServerStatus,
     Tool,
 )
-from registry.servers.operations.discovery import (
-    discovery_request,
-    discovery_runs_needing_attention,
-)
-from registry.servers.operations.health import health_request, server_uptime
-from registry.servers.operations.runtime import runtime_live_owner, runtime_request
-from registry.servers.operations.sandbox_preparation import sandbox_preparation_current
-from registry.servers.selectors import tool_review_filter
+from registry.servers.selectors import AWAITING_SERVER_STATES, tool_review_filter
 
 OPERATIONS = {
     "discover": "Discover now",
@@ -58,7 +58,7 @@ SETTING_CHANGES = {
 def health_reason(server: McpServer, status: ServerStatus | None) -> str:
     """Why a server is degraded or unhealthy, in words (empty when there is nothing to explain).
 
-    The same rules as registry.servers.operations.health: failures below the threshold or a check
+    The same rules as registry.servers.jobs.health: failures below the threshold or a check
     slower than TOOLROOM_HEALTH_DEGRADED_LATENCY_MS degrade; failures at the threshold open the
     circuit.
     """
@@ -81,18 +81,20 @@ def health_reason(server: McpServer, status: ServerStatus | None) -> str:
     return f"last error: {last_error}" if last_error else ""
 
 
-def operate(request: HttpRequest, servers: list[McpServer], operation: str) -> None:
-    """Run one operation on each server, telling the admin what happened."""
+def operate(request: HttpRequest, servers: list[McpServer], operation: str) -> list[DiscoveryRun]:
+    """Run one operation on each server, telling the admin what happened; the discovery runs
+    asked for (empty for other operations)."""
     actor = request.user
+    runs: list[DiscoveryRun] = []
     if operation == "check":
         health_request(servers=servers, actor=actor)
         messages.success(request, f"Asked for a health check of {len(servers)} server(s).")
-        return
+        return runs
     done = 0
     for server in servers:
         try:
             if operation == "discover":
-                discovery_request(server=server, actor=actor, trigger="admin")
+                runs.append(discovery_request(server=server, actor=actor, trigger="admin"))
             else:
                 runtime_request(server=server, action=operation, actor=actor)  # type: ignore[arg-type]
         except ApplicationError as exc:
@@ -106,6 +108,7 @@ def operate(request: HttpRequest, servers: list[McpServer], operation: str) -> N
             "server(s); the page shows the result once they are done."
             + SETTING_CHANGES.get(operation, ""),
         )
+    return runs
 
 
 def operate_view(
@@ -116,8 +119,32 @@ def operate_view(
     if not model_admin.has_change_permission(request):
         raise PermissionDenied
     server = get_object_or_404(McpServer, pk=object_id_or_404(object_id))
-    operate(request, [server], operation)
-    return HttpResponseRedirect(reverse("admin:servers_mcpserver_change", args=[server.pk]))
+    runs = operate(request, [server], operation)
+    page = reverse("admin:servers_mcpserver_change", args=[server.pk])
+    # The page follows the run it asked for (discovery_progress.js) until it ends.
+    return HttpResponseRedirect(f"{page}?discovery={runs[0].pk}" if runs else page)
+
+
+def discovery_status_view(
+    model_admin: admin.ModelAdmin[McpServer], request: HttpRequest, object_id: str, run_id: int
+) -> JsonResponse:
+    """One discovery run's state, polled by the server page (staff with the view permission)."""
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    run = get_object_or_404(DiscoveryRun, pk=run_id, server_id=object_id_or_404(object_id))
+    return JsonResponse(discovery_progress(run))  # admin_view: never cached
+
+
+def discovery_progress(run: DiscoveryRun) -> dict[str, Any]:
+    counts = run.summary.get("counts") if isinstance(run.summary, dict) else None
+    return {
+        "run": run.pk,
+        "status": run.status,
+        "label": run.get_status_display(),
+        "finished": run.is_finished,
+        "error": run.error[:300],
+        "tools": counts.get("tools") if isinstance(counts, dict) else None,
+    }
 
 
 def server_operations_context(
@@ -133,7 +160,17 @@ def server_operations_context(
         )
         operations += ["stop", "restart"] if running else ["start"]
     last_run = DiscoveryRun.objects.filter(server=server).first()
+    # The run "Discover now" asked for (?discovery=ID), else one still waiting or running.
+    followed = request.GET.get("discovery", "")
+    progress = (
+        DiscoveryRun.objects.filter(server=server, pk=int(followed)).first()
+        if followed.isdigit()
+        else None
+    )
+    if progress is None and last_run is not None and not last_run.is_finished:
+        progress = last_run
     return {
+        "discovery_progress": progress,
         "server_operations": [(op, OPERATIONS[op]) for op in operations]
         if request.user.has_perm("servers.change_mcpserver")
         else [],
@@ -203,7 +240,7 @@ def fleet_status_view(
     # The same rows as the list it links to (review=awaiting, of approved or pending servers).
     awaiting = Tool.objects.filter(
         tool_review_filter("awaiting"),
-        server__review_status__in=[ReviewStatus.APPROVED, ReviewStatus.PENDING_REVIEW],
+        server__review_status__in=AWAITING_SERVER_STATES,
     ).count()
     context = {
         **model_admin.admin_site.each_context(request),

@@ -1,7 +1,8 @@
 """The vetting workplace's server pages: list, form, review decisions, tools, discovery and health.
 
 Every decision made here goes through `registry.servers.services`, exactly as the API and the
-management commands do; the admin only gathers input and shows results.
+management commands do; the admin only gathers input and shows results. Apps above add their
+own lines and views to the server page (`ContributedPage`: the gateway's policy line).
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 from django.db.models.functions import Lower
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -20,104 +20,51 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from registry.audit.selectors import audit_events_for_server
+from registry.core.admin_contributions import ContributedPage
 from registry.core.admin_ids import object_id_or_404
 from registry.core.errors import ApplicationError
-from registry.core.secret_fields import mask_mapping
 from registry.core.service_admin import ServiceAdmin
-from registry.gateway.admin import gateway_policy_summary
 from registry.servers import services
-from registry.servers.admin.common import badge, review_badge
+from registry.servers.admin.approval_vetting import servers_vetting
+from registry.servers.admin.common import badge
+from registry.servers.admin.filters import DiscoveryFilter, HealthFilter, SandboxLaunchFilter
 from registry.servers.admin.forms import (
     McpServerAdminForm,
     ReviewDecisionForm,
 )
 from registry.servers.admin.importing import import_servers_view
+from registry.servers.admin.items import review_items
 from registry.servers.admin.operations import (
+    discovery_status_view,
     fleet_status_view,
     operate,
     operate_view,
-    server_operations_context,
+)
+from registry.servers.admin.server_page import SERVER_DECISIONS, server_page_context
+from registry.servers.admin.storage import (
+    storage_seed_view,
+    storage_volume_delete_view,
 )
 from registry.servers.importing.launcher_adoption import package_pin_record
 from registry.servers.models import (
-    ApprovalState,
     Health,
     McpServer,
     ReviewStatus,
-    ServerStatus,
     Tool,
 )
-from registry.servers.operations.sandbox_checks import (
-    server_ids_with_sandbox_launch_warnings,
-    server_sandbox_launch_warnings,
-)
-from registry.servers.operations.sandbox_preparation import sandbox_preparation_current
-from registry.servers.policy import TIER_POLICIES, Isolation, allowed_network_modes, tier_policy
+from registry.servers.policy import TIER_POLICIES, tier_policy
 from registry.servers.selectors import (
     server_list_with_tool_counts,
     tool_review_filter,
-    tool_review_state,
-    tools_with_review_history,
 )
-
-TOOLS_SHOWN_ON_SERVER_PAGE = 50  # per page of the server page's tools
+from registry.servers.templatetags.hidden_text import show_hidden
 
 if TYPE_CHECKING:
     from registry.servers.selectors import ServerWithToolCounts
 
 
-class HealthFilter(admin.SimpleListFilter):
-    title = "health"
-    parameter_name = "health"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return list(Health.choices)
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.value():
-            return queryset.filter(status__health=self.value())
-        return queryset
-
-
-class SandboxLaunchFilter(admin.SimpleListFilter):
-    """Sandboxed servers whose command names a host path or a program their image lacks."""
-
-    title = "sandbox launch"
-    parameter_name = "sandbox_launch"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("will_fail", "Will fail in the sandbox")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.value() == "will_fail":
-            return queryset.filter(pk__in=server_ids_with_sandbox_launch_warnings())
-        return queryset
-
-
-class DiscoveryFilter(admin.SimpleListFilter):
-    title = "last discovery"
-    parameter_name = "discovery"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("failed", "Failed"), ("never", "Never ran")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.value() == "failed":
-            return queryset.filter(status__isnull=False).exclude(status__last_discovery_error="")
-        if self.value() == "never":
-            return queryset.filter(status__last_discovered_at__isnull=True)
-        return queryset
-
-
-# The review decisions (action, label), in the order the page offers them: services.TRANSITIONS.
-SERVER_DECISIONS: list[tuple[str, str]] = [
-    (action, transition.label) for action, transition in services.TRANSITIONS.items()
-]
-
-
 @admin.register(McpServer)
-class McpServerAdmin(ServiceAdmin[McpServer]):
+class McpServerAdmin(ServiceAdmin[McpServer], ContributedPage[McpServer]):
     form = McpServerAdminForm
     change_form_template = "admin/servers/mcpserver/change_form.html"
     change_list_template = "admin/servers/mcpserver/change_list.html"
@@ -151,7 +98,7 @@ class McpServerAdmin(ServiceAdmin[McpServer]):
         "reviewed_by",
         "reviewed_at",
         "tier_policy_summary",
-        "gateway",
+        "description_shown",
     ]
     actions = [
         "discover_selected",
@@ -172,6 +119,7 @@ class McpServerAdmin(ServiceAdmin[McpServer]):
                     "name",
                     "slug",
                     "description",
+                    "description_shown",
                     "category",
                     "version",
                     "homepage_url",
@@ -189,7 +137,11 @@ class McpServerAdmin(ServiceAdmin[McpServer]):
                     "working_directory",
                     "url",
                     "env_text",
+                    "env_not_secret",
                     "headers_text",
+                    "upstream_auth",
+                    "person_secret_header",
+                    "person_secret_prefix",
                     "package_registry",
                     "package_identifier",
                     "package_version",
@@ -207,10 +159,10 @@ class McpServerAdmin(ServiceAdmin[McpServer]):
                     "isolation",
                     "network_mode",
                     "egress_allowlist",
+                    "storage",
                     "memory_limit_mb",
                     "cpu_limit",
                     "pids_limit",
-                    "gateway",
                 ]
             },
         ),
@@ -268,18 +220,30 @@ class McpServerAdmin(ServiceAdmin[McpServer]):
 
     @admin.display(description="Awaiting", ordering="tools_awaiting")
     def tools_awaiting(self, obj: ServerWithToolCounts) -> SafeString | int:
+        """Offered and not approved at their current definition, for a server in review or in
+        use: the fleet page and the review queue count the same tools."""
         count = obj.tools_awaiting
+        if count is None:
+            why = (
+                "a draft's tools are counted once it is submitted"
+                if obj.review_status == ReviewStatus.DRAFT
+                else "the tools of a retired or rejected server cannot be approved"
+            )
+            return format_html(
+                '<span class="awaiting-none" title="Not counted: {}">&ndash;</span>', why
+            )
         if not count:
             return 0
         url = reverse("admin:servers_tool_changelist")
-        # Exactly the tools counted: offered and not approved at their current definition.
         return format_html(
             '<a href="{}?server__id__exact={}&amp;review=awaiting">{}</a>', url, obj.pk, count
         )
 
-    @admin.display(description="Gateway")
-    def gateway(self, obj: McpServer) -> SafeString:
-        return gateway_policy_summary(obj)
+    @admin.display(description="Description as shown")
+    def description_shown(self, obj: McpServer) -> SafeString:
+        """The description with its hidden characters marked: the text box shows none of them
+        (tag characters, zero-width and bidirectional controls)."""
+        return show_hidden(obj.description) if obj.pk else show_hidden("")
 
     @admin.display(description="What the tier allows")
     def tier_policy_summary(self, obj: McpServer) -> SafeString:
@@ -356,62 +320,8 @@ class McpServerAdmin(ServiceAdmin[McpServer]):
         server = self.get_object(request, object_id)
         context = dict(extra_context or {})
         if server is not None:
-            context.update(self._server_page_context(request, server))
+            context.update(server_page_context(request, server))
         return super().change_view(request, object_id, form_url, context)
-
-    def _server_page_context(self, request: HttpRequest, server: McpServer) -> dict[str, Any]:
-        # Tools still offered first, by name regardless of case; one page at a time.
-        server_tools = tools_with_review_history(Tool.objects.filter(server=server)).order_by(
-            F("removed_at").asc(nulls_first=True), Lower("name"), "pk"
-        )
-        tools_page = Paginator(server_tools, TOOLS_SHOWN_ON_SERVER_PAGE).get_page(
-            request.GET.get("tools_page")
-        )
-        can_approve = request.user.has_perm("servers.approve_tool")
-        tool_rows = []
-        for tool in tools_page.object_list:
-            state = tool_review_state(tool=tool)
-            tool_rows.append(
-                {
-                    "tool": tool,
-                    "badge": review_badge(state),
-                    "approvable": can_approve and state.key not in ("approved", "removed"),
-                    "has_diff": tool.removed_at is None
-                    and not tool.is_approved
-                    and tool.approval_state in (ApprovalState.CHANGED, ApprovalState.APPROVED),
-                }
-            )
-        status = ServerStatus.objects.filter(server=server).first()
-        can_review = request.user.has_perm("servers.review_mcpserver")
-        decisions = [
-            (action, label)
-            for action, label in SERVER_DECISIONS
-            if can_review and services.server_transition_allowed(server, action)
-        ]
-        return {
-            "server_status": status,
-            "server_tool_rows": tool_rows,
-            "server_tools_page": tools_page,
-            "server_tools_count": tools_page.paginator.count,
-            "server_tools_waiting": Tool.objects.filter(
-                tool_review_filter("awaiting"), server=server
-            ).count(),
-            "can_approve_tools": can_approve,
-            "server_resources": list(server.resources.all()[:200]),
-            "server_prompts": list(server.prompts.all()[:200]),
-            "server_audit_events": list(audit_events_for_server(server_id=server.pk)),
-            "server_decisions": decisions,
-            "launch_summary": _launch_summary(server),
-            "sandbox_launch_warnings": server_sandbox_launch_warnings(server),
-            "sandbox_preparation": sandbox_preparation_current()
-            if server.isolation == Isolation.SANDBOX
-            else None,
-            "allowed_network_modes": allowed_network_modes(
-                server.trust_tier, server.data_sensitivity
-            ),
-            "tier_policy": tier_policy(server.trust_tier),
-            **server_operations_context(request, server, status),
-        }
 
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
@@ -420,6 +330,11 @@ class McpServerAdmin(ServiceAdmin[McpServer]):
                 "<path:object_id>/decide/<str:action>/",
                 self.admin_site.admin_view(self.decision_view),
                 name="{}_{}_decide".format(*info),
+            ),
+            path(
+                "<path:object_id>/discovery/<int:run_id>/status/",
+                self.admin_site.admin_view(self.discovery_status_view),
+                name="{}_{}_discovery_status".format(*info),
             ),
             path(
                 "import/",
@@ -435,6 +350,21 @@ class McpServerAdmin(ServiceAdmin[McpServer]):
                 "<int:object_id>/approve-tools/",
                 self.admin_site.admin_view(self.approve_tools_view),
                 name="{}_{}_approve_tools".format(*info),
+            ),
+            path(
+                "<int:object_id>/review-items/",
+                self.admin_site.admin_view(self.review_items_view),
+                name="{}_{}_review_items".format(*info),
+            ),
+            path(
+                "<int:object_id>/storage/<int:volume_id>/delete/",
+                self.admin_site.admin_view(self.storage_volume_delete_view),
+                name="{}_{}_storage_delete".format(*info),
+            ),
+            path(
+                "<int:object_id>/storage/seed/",
+                self.admin_site.admin_view(self.storage_seed_view),
+                name="{}_{}_storage_seed".format(*info),
             ),
             path(
                 "fleet/",
@@ -502,8 +432,24 @@ class McpServerAdmin(ServiceAdmin[McpServer]):
             self.message_user(request, f"Approved {approved} tool(s).", messages.SUCCESS)
         return HttpResponseRedirect(back + "#server-tools")
 
+    def review_items_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        return review_items(self, request, object_id)
+
     def operate_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         return operate_view(self, request, object_id, operation)
+
+    def storage_volume_delete_view(
+        self, request: HttpRequest, object_id: int, volume_id: int
+    ) -> HttpResponse:
+        return storage_volume_delete_view(request, object_id, volume_id)
+
+    def storage_seed_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        return storage_seed_view(request, object_id)
+
+    def discovery_status_view(
+        self, request: HttpRequest, object_id: str, run_id: int
+    ) -> HttpResponse:
+        return discovery_status_view(self, request, object_id, run_id)
 
     def fleet_view(self, request: HttpRequest) -> HttpResponse:
         return fleet_status_view(self, request)
@@ -570,6 +516,7 @@ class McpServerAdmin(ServiceAdmin[McpServer]):
             + (f" and {len(servers) - 5} more" if len(servers) > 5 else ""),
             "opts": self.opts,
             "servers": servers,
+            "vetting": servers_vetting(servers) if action == "approve" else [],
             "form": form,
             "action": action,
             "action_label": label,
@@ -646,27 +593,3 @@ class McpServerAdmin(ServiceAdmin[McpServer]):
     @admin.action(description="Retire selected servers", permissions=["review"])
     def retire_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> Any:
         return self._bulk(request, queryset, "retire")
-
-
-def _launch_summary(server: McpServer) -> dict[str, Any]:
-    """The launch spec as shown to people: secrets masked."""
-    return {
-        "transport": server.get_transport_display(),
-        "command": server.command,
-        "url": server.url,
-        "env": mask_mapping(server.env or {}),
-        "headers": mask_mapping(server.headers or {}),
-        "package": (
-            f"{server.get_package_registry_display()} {server.package_identifier} "
-            f"{server.package_version}"
-            if server.package_registry
-            else ""
-        ),
-        "image": server.image,
-        "isolation": server.get_isolation_display(),
-        "sandboxed": server.isolation == "sandbox" and server.transport == "stdio",
-        "network": server.get_network_mode_display(),
-        "egress_allowlist": list(server.egress_allowlist or []),
-        "limits": f"{server.effective_memory_limit_mb} MB, {server.effective_cpu_limit} CPU, "
-        f"{server.effective_pids_limit} processes",
-    }

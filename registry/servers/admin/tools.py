@@ -23,6 +23,12 @@ from registry.core.admin_ids import object_id_or_404
 from registry.core.canonical import pretty_json
 from registry.core.errors import ApplicationError
 from registry.servers import services
+from registry.servers.admin.bulk_approval import (
+    CHANGED_MEANWHILE,
+    FLAGGED,
+    BulkPlan,
+    summary_line,
+)
 from registry.servers.admin.common import review_badge
 from registry.servers.admin.forms import (
     PermissionClassForm,
@@ -41,6 +47,7 @@ from registry.servers.selectors import (
     tool_review_state,
     tools_with_review_history,
 )
+from registry.servers.templatetags.hidden_text import show_hidden
 
 
 class RemovedFilter(admin.SimpleListFilter):
@@ -109,9 +116,9 @@ class ToolAdmin(admin.ModelAdmin[Tool]):
     actions = ["approve_selected", "revoke_selected"]
     readonly_fields = (
         "server",
-        "name",
-        "title",
-        "description",
+        "name_shown",
+        "title_shown",
+        "description_shown",
         "definition_hash",
         "class_from_annotations",
         "permission_class",
@@ -133,6 +140,20 @@ class ToolAdmin(admin.ModelAdmin[Tool]):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tool]:
         return tools_with_review_history(super().get_queryset(request))
+
+    # What the tool shows the model, with hidden characters (tag characters, zero-width and
+    # bidirectional controls) marked: as plain text they would not show.
+    @admin.display(description="Name")
+    def name_shown(self, obj: Tool) -> SafeString:
+        return show_hidden(obj.name)
+
+    @admin.display(description="Title")
+    def title_shown(self, obj: Tool) -> SafeString:
+        return show_hidden(obj.title)
+
+    @admin.display(description="Description")
+    def description_shown(self, obj: Tool) -> SafeString:
+        return show_hidden(obj.description)
 
     @admin.display(description="Review", ordering="approval_state")
     def approval_badge(self, obj: Tool) -> SafeString:
@@ -325,33 +346,42 @@ class ToolAdmin(admin.ModelAdmin[Tool]):
         if not request.user.has_perm("servers.approve_tool"):
             raise PermissionDenied
         tools = list(queryset.select_related("server").order_by(Lower("name"), "pk"))
+        plan = BulkPlan.of(tools)
         if "confirm" in request.POST:
             shown = {
                 tool.pk: request.POST.get(f"hash_{tool.pk}", "")
-                for tool in tools
+                for tool in plan.approvable
                 if f"hash_{tool.pk}" in request.POST
             }
             result = services.tools_approve_bulk(
                 actor=request.user,
-                tools=tools,
+                tools=plan.approvable,
                 note=request.POST.get("note", "").strip(),
                 expected_hashes=shown,
             )
-            if result.approved:
+            skipped = plan.skipped + [(tool, CHANGED_MEANWHILE) for tool, _ in result.skipped]
+            line = summary_line("Approved", len(result.approved), len(tools), skipped)
+            level = messages.SUCCESS if result.approved and not skipped else messages.WARNING
+            self.message_user(request, f"{line}.", level)
+            flagged = [str(tool) for tool, reason in plan.skipped if reason == FLAGGED]
+            if flagged:
                 self.message_user(
-                    request, f"Approved {len(result.approved)} tool(s).", messages.SUCCESS
+                    request,
+                    f"Flagged by the scanner, approve each on its own page: {', '.join(flagged)}.",
+                    messages.WARNING,
                 )
             for tool, reason in result.skipped:
                 self.message_user(request, f"Not approved: {tool}: {reason}", messages.WARNING)
-            return None
+            return None  # back to the list, at the address (filters) it was called from
         return TemplateResponse(
             request,
             "admin/servers/tools_bulk_approve.html",
             {
                 **self.admin_site.each_context(request),
-                "title": f"Approve {len(tools)} tool(s)",
+                "title": plan.summary(),
                 "opts": self.opts,
-                "tools": tools,
+                "plan": plan,
+                "back": request.get_full_path(),
             },
         )
 

@@ -1,21 +1,15 @@
 """Importing MCP server definitions from the files people have, and exporting them again.
 
-    plan = import_plan(content=..., filename="mcp.json", options=ImportOptions(tier="builtin"))
-    result = import_apply(plan=plan, actor=request.user)
-
-`import_plan` reads mcp.json (Claude Desktop, Claude Code, VS Code, Cursor), the official
-registry's server.json, or Toolroom's own YAML; checks every entry with the model's rules and
-writes nothing; `import_apply` writes the plan in one transaction through the services.
-`export_servers` writes Toolroom YAML or mcp.json.
+More: docs/admin.md, "Module notes".
 """
 
 from registry.servers.importing.applying import ImportResult, import_apply
+from registry.servers.importing.changes import FieldChange
 from registry.servers.importing.entries import ImportFileError, ImportProblem, slug_from_name
 from registry.servers.importing.exporting import EXPORT_FORMATS, export_servers
 from registry.servers.importing.planning import (
     CategoryPlan,
     EntryPlan,
-    FieldChange,
     ImportAction,
     ImportOptions,
     ImportPlan,

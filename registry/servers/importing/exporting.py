@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from registry.servers.importing.reading import FORMAT_MCP_JSON, FORMAT_YAML
 from registry.servers.importing.toolroom_yaml import FILE_VERSION
-from registry.servers.models import Category, McpServer, Transport
+from registry.servers.models import Category, McpServer, Transport, UpstreamAuth
 
 EXPORT_FORMATS = (FORMAT_YAML, FORMAT_MCP_JSON)
 
@@ -39,8 +39,14 @@ def export_servers(
     return _as_yaml(selected, include_secrets=include_secrets, all_categories=servers is None)
 
 
-def _secrets(values: dict[str, str], include_secrets: bool) -> dict[str, str | None]:
-    return {key: (value if include_secrets else None) for key, value in sorted(values.items())}
+def _secrets(
+    values: dict[str, str], include_secrets: bool, public: frozenset[str] = frozenset()
+) -> dict[str, str | None]:
+    """Values left out (null: "keep the stored one") unless asked for, or marked not secret."""
+    return {
+        key: (value if include_secrets or key in public else None)
+        for key, value in sorted(values.items())
+    }
 
 
 # --- Toolroom YAML -----------------------------------------------------------------------------
@@ -69,7 +75,10 @@ def server_as_yaml_entry(server: McpServer, *, include_secrets: bool) -> dict[st
     if server.url:
         entry["url"] = server.url
     if server.env:
-        entry["env"] = _secrets(server.env, include_secrets)
+        public = frozenset(server.env_not_secret or ())
+        entry["env"] = _secrets(server.env, include_secrets, public)
+        if public:
+            entry["env_not_secret"] = sorted(public)
     if server.headers:
         entry["headers"] = _secrets(server.headers, include_secrets)
     if server.package_registry:
@@ -81,6 +90,16 @@ def server_as_yaml_entry(server: McpServer, *, include_secrets: bool) -> dict[st
     if server.image:
         entry["image"] = server.image
     entry["data_sensitivity"] = server.data_sensitivity
+    if server.upstream_auth != UpstreamAuth.SHARED:
+        entry["upstream_auth"] = server.upstream_auth
+    if server.upstream_auth == UpstreamAuth.PERSON_SECRET or (
+        server.person_secret_header,
+        server.person_secret_prefix,
+    ) != ("Authorization", "Bearer "):
+        entry["person_secret"] = {
+            "header": server.person_secret_header,
+            "prefix": server.person_secret_prefix,
+        }
     entry["sandbox"] = {
         "isolation": server.isolation,
         "network": server.network_mode,
@@ -89,6 +108,8 @@ def server_as_yaml_entry(server: McpServer, *, include_secrets: bool) -> dict[st
         "cpus": _number(server.cpu_limit),
         "pids": server.pids_limit,
     }
+    if server.storage:
+        entry["sandbox"]["storage"] = [dict(item) for item in server.storage]
     entry["health_check"] = {
         "method": server.health_check_method,
         "tool": server.health_check_tool,
@@ -169,6 +190,8 @@ def server_as_mcp_json_entry(server: McpServer, *, include_secrets: bool) -> dic
     }
     if server.headers:
         entry["headers"] = _secrets(server.headers, include_secrets)
+    if server.upstream_auth == UpstreamAuth.PERSON_OAUTH:
+        entry["oauth"] = {}  # each person signs in (mcp_json reads it back as person_oauth)
     return entry
 
 

@@ -1,14 +1,7 @@
 """Understanding the launchers people write in mcp.json (npx, pnpm dlx, bunx, uvx, uv tool run,
 pipx run, docker run) as package references and images the sandbox can run.
 
-`launcher_parse(argv)` is pure: it says which package (npm or PyPI) or image a command line
-launches, at which version, with which of its own arguments, and for `docker run` which flags
-were kept, turned into env, or dropped because they would loosen the sandbox. It raises
-`LauncherError` for what cannot be run as written (a version range, a local path, an option that
-changes what is installed). `Launcher.argv()` writes the canonical launcher form back, pinned:
-that is what is stored as the server's command (so a local run and the sandbox run the same
-version) and what an export writes.
-"""
+More: docs/admin.md, "Module notes"."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from registry.servers.importing.entries import (
     ParsedFile,
     slug_from_name,
 )
-from registry.servers.models import Transport
+from registry.servers.models import Transport, UpstreamAuth
 
 FORMAT = "mcp-json"
 
@@ -43,7 +43,6 @@ _IGNORED_KEYS = {
     "timeout": "Toolroom's health check and gateway set their own timeouts",
     "envFile": "Toolroom does not read files from the importing machine; put the variables "
     "in `env` or set them in the admin",
-    "oauth": "OAuth sign-in is not supported yet; set an Authorization header instead",
     "headersHelper": "Toolroom does not run helper commands; set the headers instead",
     "dev": "VS Code's development mode does not apply to a registry",
     "gallery": "VS Code's gallery link does not apply to a registry",
@@ -54,7 +53,7 @@ _IGNORED_KEYS = {
     "excludeTools": "tools are approved or left unapproved in Toolroom",
 }
 _STDIO_KEYS = {"command", "args", "env", "cwd"}
-_HTTP_KEYS = {"url", "serverUrl", "headers"}
+_HTTP_KEYS = {"url", "serverUrl", "headers", "oauth"}
 _SHARED_KEYS = {"type", "description"}
 _TOP_LEVEL_IGNORED = {
     "inputs": "VS Code asks for `${input:...}` values when it starts a server; Toolroom keeps "
@@ -69,6 +68,7 @@ _FIELD_LABELS = {
     "headers": "headers",
     "working_directory": "cwd",
     "transport": "type",
+    "upstream_auth": "oauth",
 }
 
 
@@ -224,9 +224,31 @@ def _parse_http(entry: ParsedEntry, spec: dict[str, Any]) -> None:
     entry.fields["url"] = url
     _warn_references(entry, key, [url])
     entry.fields["headers"] = _mapping(entry, spec, "headers")
+    if "oauth" in spec:
+        _parse_oauth(entry, spec["oauth"])
     entry.fields["command"] = []
     entry.fields["working_directory"] = ""
     entry.fields["env"] = {}
+
+
+def _parse_oauth(entry: ParsedEntry, oauth: Any) -> None:
+    """Claude Code's and VS Code's `oauth` object: the client signs each person in with OAuth.
+    Toolroom does the same for every person who calls it (each person's OAuth)."""
+    if oauth is False or oauth is None:
+        return
+    entry.fields["upstream_auth"] = UpstreamAuth.PERSON_OAUTH
+    note = (
+        "`oauth`: the server signs each person in with OAuth, so it is imported as a per-person "
+        "server (each person's OAuth): people link their accounts under Connected accounts, and "
+        "an admin links one to discover its tools"
+    )
+    if isinstance(oauth, dict) and (oauth.get("clientId") or oauth.get("client_id")):
+        note += (
+            "; Toolroom registers its own client, or enter the client id it was issued under "
+            "People's upstream accounts, Upstream OAuth clients (the file's client id is that "
+            "of a desktop client)"
+        )
+    entry.warnings.append(note + ".")
 
 
 def _mapping(entry: ParsedEntry, spec: dict[str, Any], key: str) -> dict[str, str | None]:

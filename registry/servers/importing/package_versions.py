@@ -7,20 +7,18 @@ is kept for a minute per process, so an import that names one package many times
 
 from __future__ import annotations
 
-import threading
-import time
 from urllib.parse import quote
 
 import httpx2
 from django.conf import settings
 
 from registry.core.errors import ApplicationError
+from registry.core.process_cache import VersionedCache
 
 LOOKUP_TIMEOUT_SECONDS = 15.0
 CACHE_SECONDS = 60.0
 
-_cache: dict[tuple[str, str], tuple[float, str]] = {}
-_cache_lock = threading.Lock()
+_cache: VersionedCache[tuple[str, str], str] = VersionedCache("package versions", limit=1024)
 
 
 class PackageLookupError(ApplicationError):
@@ -44,11 +42,9 @@ def package_newest_version(*, registry: str, identifier: str) -> str:
     the registry cannot be reached.
     """
     key = (registry, identifier.lower())
-    now = time.monotonic()
-    with _cache_lock:
-        cached = _cache.get(key)
-        if cached is not None and now - cached[0] < CACHE_SECONDS:
-            return cached[1]
+    cached = _cache.get(key)
+    if cached is not None:
+        return cached
     where, url = _registry_url(registry, identifier)
     headers = {"Accept": "application/vnd.npm.install-v1+json"} if registry == "npm" else {}
     try:
@@ -79,6 +75,5 @@ def package_newest_version(*, registry: str, identifier: str) -> str:
         ) from exc
     if not isinstance(version, str) or not version:
         raise PackageLookupError(f"{where} serves no version of {identifier}.")
-    with _cache_lock:
-        _cache[key] = (now, version)
+    _cache.put(key, version, ttl=CACHE_SECONDS)
     return version

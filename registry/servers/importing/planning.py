@@ -10,20 +10,28 @@ file once rather than once per error.
 from __future__ import annotations
 
 import copy
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from functools import cache
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
-from registry.core.secret_fields import mask_secret
-from registry.servers import services
+from registry.servers.dependency_locks import (
+    LockError,
+    dependencies_resolve,
+    lock_matches,
+)
 from registry.servers.importing import mcp_json, server_json, toolroom_yaml
+from registry.servers.importing.changes import (
+    SECRET_FIELDS,
+    FieldChange,
+    creation_changes,
+    update_changes,
+)
 from registry.servers.importing.entries import (
     ImportFileError,
     ImportProblem,
@@ -32,6 +40,7 @@ from registry.servers.importing.entries import (
     ParsedFile,
 )
 from registry.servers.importing.launchers import PackagePin, entries_adopt_launchers
+from registry.servers.importing.policy_fit import fit_policy
 from registry.servers.importing.reading import (
     FORMAT_AUTO,
     FORMAT_LABELS,
@@ -40,17 +49,11 @@ from registry.servers.importing.reading import (
     load_document,
 )
 from registry.servers.importing.variables import ProcessVariables
-from registry.servers.models import Category, McpServer
-from registry.servers.operations.sandbox_checks import server_sandbox_launch_warnings
-from registry.servers.policy import (
-    NetworkMode,
-    TrustTier,
-    allowed_network_modes,
-    is_trust_increase,
-    tier_policy,
-)
-
-SECRET_FIELDS = ("env", "headers")
+from registry.servers.jobs.sandbox_checks import server_sandbox_launch_warnings
+from registry.servers.models import Category, McpServer, Transport, UpstreamAuth
+from registry.servers.oauth_probe import has_authorization_header, oauth_resource_metadata
+from registry.servers.policy import Isolation, TrustTier, is_trust_increase
+from registry.servers.services import servers as services
 
 
 class ImportAction(StrEnum):
@@ -78,15 +81,6 @@ class ImportOptions:
     environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
 
 
-@dataclass(frozen=True)
-class FieldChange:
-    """One server field that an import sets: `old` and `new` are display text, secrets masked."""
-
-    field: str
-    old: str
-    new: str
-
-
 @dataclass
 class EntryPlan:
     label: str
@@ -103,10 +97,21 @@ class EntryPlan:
     server_updated_at: datetime | None = None
     # Packages pinned at import (their launcher named no version): recorded in the audit.
     pins: list[PackagePin] = field(default_factory=list)
+    runs_local: bool = False  # a command run as a process on the workers' host, unsandboxed
 
     @property
     def changed_fields(self) -> list[str]:
         return [change.field for change in self.changes]
+
+    @property
+    def action_text(self) -> str:
+        """What the import does to this server, in words: an entry named like a server that
+        exists changes that server, and the plan says so by name."""
+        if self.action == ImportAction.UPDATE:
+            return f"updates existing server '{self.slug}'"
+        if self.action == ImportAction.UNCHANGED:
+            return f"unchanged (existing server '{self.slug}')"
+        return "create"
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,18 @@ class ImportPlan:
 
     def entries_with(self, action: ImportAction) -> list[EntryPlan]:
         return [entry for entry in self.entries if entry.action == action]
+
+    @property
+    def updated_slugs(self) -> list[str]:
+        """The existing servers this import would change: the importer confirms them first."""
+        return [entry.slug for entry in self.entries_with(ImportAction.UPDATE)]
+
+    @property
+    def local_processes_vouched(self) -> list[EntryPlan]:
+        """With the tier option builtin every entry is vouched for: the ones that would run as a
+        local process, where a poisoned server would run unsandboxed on the host."""
+        vouched = self.options.tier == TrustTier.BUILTIN
+        return [entry for entry in self.entries if vouched and entry.runs_local]
 
     @property
     def has_changes(self) -> bool:
@@ -350,7 +367,9 @@ def _plan_entry(
             values[name] = _resolve_secrets(
                 entry, name, values[name], getattr(base, name) or {}, warnings
             )
-    _fit_policy(values, base, warnings, tier_refused=tier_refused)
+    fit_policy(values, base, warnings, tier_refused=tier_refused)
+    problems += _lock_dependencies(entry, values, base)
+    _recognise_person_oauth(values, base, warnings)
 
     candidate = copy.deepcopy(existing) if existing is not None else McpServer()
     for name, value in values.items():
@@ -390,13 +409,15 @@ def _plan_entry(
         category=category,
         category_set=category_set,
         pins=list(entry.pins),
+        runs_local=candidate.transport == Transport.STDIO
+        and candidate.isolation == Isolation.LOCAL,
     )
     if existing is None:
-        plan.changes = _creation_changes(values, category if category_set else None)
+        plan.changes = creation_changes(values, category if category_set else None)
     else:
         plan.server_id = existing.pk
         plan.server_updated_at = existing.updated_at
-        plan.changes = _update_changes(
+        plan.changes = update_changes(
             existing=existing,
             candidate=candidate,
             values=values,
@@ -425,6 +446,70 @@ def _plan_entry(
                     f"changing {', '.join(loosened)} sends it back to review."
                 )
     return plan, problems
+
+
+def _lock_dependencies(
+    entry: ParsedEntry, values: dict[str, Any], base: McpServer
+) -> list[ImportProblem]:
+    """Resolve and record a package's whole dependency tree when the package is new or moved
+    (registry/servers/dependency_locks.py); a lock that still fits is kept as it is."""
+    if not settings.TOOLROOM_IMPORT_LOCK_DEPENDENCIES:
+        return []
+
+    def current(name: str) -> Any:
+        return values[name] if name in values else getattr(base, name)
+
+    registry = current("package_registry")
+    identifier, version = current("package_identifier"), current("package_version")
+    if registry not in ("pypi", "npm") or not identifier or not version:
+        if base.package_lock:
+            values["package_lock"] = {}
+        return []
+    if lock_matches(base.package_lock, registry=registry, identifier=identifier, version=version):
+        return []
+    try:
+        lock = dependencies_resolve(registry=registry, identifier=identifier, version=version)
+    except LockError as exc:
+        return [ImportProblem(entry.label, entry.label_for("package_version"), exc.message)]
+    values["package_lock"] = lock.as_json()
+    return []
+
+
+def _recognise_person_oauth(values: dict[str, Any], base: McpServer, warnings: list[str]) -> None:
+    """An HTTP server that answers 401 naming its OAuth resource metadata signs each person in:
+    it is imported as a per-person server (unless the file sends a shared Authorization header,
+    which is then only warned about)."""
+    if not settings.TOOLROOM_IMPORT_PROBE_OAUTH:
+        return
+
+    def current(name: str) -> Any:
+        return values[name] if name in values else getattr(base, name)
+
+    if current("upstream_auth") != UpstreamAuth.SHARED or current("transport") not in (
+        Transport.STREAMABLE_HTTP,
+        Transport.SSE,
+    ):
+        return
+    if base.pk is not None and "url" not in values:
+        return
+    metadata = oauth_resource_metadata(current("url"), transport=current("transport"))
+    if not metadata:
+        return
+    found = (
+        f"It answers 401 without a token and names its OAuth resource metadata ({metadata[:200]}): "
+        "it signs each person in with their own account"
+    )
+    if has_authorization_header(current("headers")):
+        warnings.append(
+            f"{found}. The file sends a shared Authorization header, so it stays shared; set its "
+            "upstream authentication to each person's OAuth if it should act for each person."
+        )
+        return
+    values["upstream_auth"] = UpstreamAuth.PERSON_OAUTH
+    warnings.append(
+        f"{found}, so it is imported as a per-person server (each person's OAuth): people link "
+        "their accounts under Connected accounts, and an admin links one to discover its tools."
+    )
 
 
 def _changed_names(existing: McpServer, candidate: McpServer) -> list[str]:
@@ -503,132 +588,3 @@ def _resolve_secrets(
             "before approving."
         )
     return resolved
-
-
-def _fit_policy(
-    values: dict[str, Any], base: McpServer, warnings: list[str], *, tier_refused: bool
-) -> None:
-    """Tighten a policy that the tier being set no longer allows.
-
-    A re-import that lowers a server's tier (say builtin to community) would otherwise fail on
-    a policy the file never mentioned, such as a local process or an open network. When the
-    tier the file asked for was refused (the importer may not vouch for it), the file's own
-    policy was written for that tier and is tightened too.
-    """
-
-    def adjustable(name: str) -> bool:
-        return tier_refused or name not in values
-
-    def current(name: str) -> Any:
-        return values[name] if name in values else getattr(base, name)
-
-    tier = current("trust_tier")
-    label = TrustTier(tier).label
-    policy = tier_policy(tier)
-    isolation = current("isolation")
-    if adjustable("isolation") and isolation and isolation not in policy.isolations:
-        values["isolation"] = policy.default_isolation
-        warnings.append(
-            f"Isolation becomes {policy.default_isolation}, as the {label} tier requires."
-        )
-    sensitivity = current("data_sensitivity")
-    network = current("network_mode")
-    if adjustable("network_mode") and network not in allowed_network_modes(tier, sensitivity):
-        values["network_mode"] = NetworkMode.NONE
-        warnings.append(
-            f"The network becomes none: {network} is not allowed for the {label} "
-            f"tier with {sensitivity} data."
-        )
-    if (
-        current("network_mode") != NetworkMode.PROXIED
-        and current("egress_allowlist")
-        and (adjustable("egress_allowlist"))
-    ):
-        values["egress_allowlist"] = []
-    for name, maximum in (
-        ("memory_limit_mb", policy.max_memory_mb),
-        ("cpu_limit", policy.max_cpus),
-        ("pids_limit", policy.max_pids),
-    ):
-        limit = current(name)
-        if adjustable(name) and limit is not None and limit > maximum:
-            values[name] = None
-            warnings.append(f"{name} falls back to the {label} tier's maximum.")
-
-
-# --- Describing changes, secrets masked ----------------------------------------------------
-
-
-def display_value(value: Any) -> str:
-    if value is None:
-        return "(none)"
-    if value == "":
-        return "(empty)"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | dict):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
-
-
-def describe_secrets(old: Mapping[str, str], new: Mapping[str, str]) -> tuple[str, str]:
-    """Both sides of a change to env or headers: names, masked values, what changed."""
-    before = ", ".join(f"{key}={mask_secret(old[key])}" for key in sorted(old)) or "(none)"
-    parts = []
-    for key in sorted(new):
-        marker = "" if old.get(key) == new[key] else (" (changed)" if key in old else " (new)")
-        parts.append(f"{key}={mask_secret(new[key])}{marker}")
-    parts += [f"{key} (removed)" for key in sorted(set(old) - set(new))]
-    return before, ", ".join(parts) or "(none)"
-
-
-@cache
-def _defaults() -> McpServer:
-    return McpServer()
-
-
-_ALWAYS_SHOWN = ("slug", "name", "transport", "trust_tier")
-
-
-def _creation_changes(values: dict[str, Any], category: str | None) -> list[FieldChange]:
-    changes = []
-    for name, value in values.items():
-        if name not in _ALWAYS_SHOWN and value == getattr(_defaults(), name):
-            continue
-        new = describe_secrets({}, value)[1] if name in SECRET_FIELDS else display_value(value)
-        changes.append(FieldChange(name, "", new))
-    if category:
-        changes.append(FieldChange("category", "", category))
-    return _in_field_order(changes)
-
-
-def _update_changes(
-    *,
-    existing: McpServer,
-    candidate: McpServer,
-    values: dict[str, Any],
-    category: str | None,
-    category_set: bool,
-) -> list[FieldChange]:
-    changes = []
-    for name in values:
-        old, new = getattr(existing, name), getattr(candidate, name)
-        if old == new:
-            continue
-        if name in SECRET_FIELDS:
-            before, after = describe_secrets(old or {}, new or {})
-        else:
-            before, after = display_value(old), display_value(new)
-        changes.append(FieldChange(name, before, after))
-    if category_set:
-        old_category = existing.category.slug if existing.category is not None else None
-        if old_category != category:
-            changes.append(
-                FieldChange("category", display_value(old_category), display_value(category))
-            )
-    return _in_field_order(changes)
-
-
-def _in_field_order(changes: list[FieldChange]) -> list[FieldChange]:
-    order = {f.name: index for index, f in enumerate(McpServer._meta.get_fields())}
-    return sorted(changes, key=lambda change: order.get(change.field, len(order)))

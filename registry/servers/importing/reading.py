@@ -179,8 +179,48 @@ def parse_json(text: str) -> tuple[Any, list[ImportProblem]]:
 # --- YAML: safe_load semantics, no anchors or aliases, no duplicate keys -----------------------
 
 
-class _StrictSafeLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one."""
+# Deeper than any real configuration. PyYAML's pure-Python scanner keeps one possible simple key
+# per open flow collection and walks them all for every token, so its time grows with the square
+# of the nesting (a 100 KB `[[[[...` took 54 s): the nesting is bounded inside the scanner itself.
+YAML_MAX_NESTING = 64
+
+
+class YamlTooDeep(yaml.YAMLError):
+    """The document nests deeper than the bound; `mark` is where the scanner or parser was."""
+
+    def __init__(self, mark: Any) -> None:
+        super().__init__(f"nested deeper than {YAML_MAX_NESTING} levels")
+        self.mark = mark
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader whose scanner stops as soon as more than YAML_MAX_NESTING collections are open.
+
+    The count is PyYAML's own: its flow level (open `[` and `{`) plus its block indentation stack
+    (one entry per open block mapping or sequence), checked whenever either grows. Quotes,
+    escapes, comments, block scalars and multi-line scalars are the scanner's business, so no
+    scalar style can hide a bracket from the count or show it one. Each token then costs the
+    scanner at most YAML_MAX_NESTING steps. The count never exceeds the number of collections
+    open in the document (an indentless sequence opens no indentation), so the parser's events
+    (`_checked_events`) decide the exact bound."""
+
+    def _check_nesting(self) -> None:
+        if self.flow_level + len(self.indents) > YAML_MAX_NESTING:
+            raise YamlTooDeep(self.get_mark())
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        super().fetch_flow_collection_start(TokenClass)
+        self._check_nesting()
+
+    def add_indent(self, column: int) -> bool:
+        added = bool(super().add_indent(column))
+        if added:
+            self._check_nesting()
+        return added
+
+
+class _StrictSafeLoader(_BoundedLoader):
+    """The bounded SafeLoader, refusing duplicate mapping keys instead of keeping the last one."""
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         seen: set[Any] = set()
@@ -204,99 +244,45 @@ def _yaml_position(mark: Any) -> str:
     return f" at line {mark.line + 1}, column {mark.column + 1}"
 
 
-# Deeper than any real configuration; PyYAML's pure-Python scanner takes time quadratic in the
-# flow nesting depth (a 20 KB `[[[[...` took 23 s), so the depth is bounded before it runs.
-YAML_MAX_NESTING = 64
-_QUOTE_STARTERS = frozenset("[{,:-?\n")
+_OPENS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_CLOSES = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
 
 
-def yaml_nesting_depth(text: str, *, limit: int = YAML_MAX_NESTING) -> tuple[int, int]:
-    """The deepest nesting in `text`, counted in one linear pass, and the offset where it went
-    past `limit` (or -1). Flow brackets outside quotes and comments count one level each, block
-    indentation one level per deeper indent. It may count more than YAML would (a bracket in a
-    plain scalar), never less, so it can be trusted as a bound."""
-    depth = flow = 0
-    indents: list[int] = [0]
-    quote = ""
-    in_comment = False
-    last = "\n"  # the last significant character outside quotes and comments
-    line_start = True
-    indent = 0
-    deepest = 0
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\n":
-            quote, in_comment, last, line_start, indent = "", False, "\n", True, 0
-            i += 1
-            continue
-        if quote:
-            if ch == "\\" and quote == '"':
-                i += 2
-                continue
-            if ch == quote:
-                if quote == "'" and text[i + 1 : i + 2] == "'":
-                    i += 2
-                    continue
-                quote = ""
-                last = ch
-            i += 1
-            continue
-        if in_comment:
-            i += 1
-            continue
-        if line_start:
-            if ch in " \t":
-                indent += 1
-                i += 1
-                continue
-            line_start = False
-            if flow == 0 and ch != "#":
-                while len(indents) > 1 and indent < indents[-1]:
-                    indents.pop()
-                if indent > indents[-1]:
-                    indents.append(indent)
-        if ch == "#" and (i == 0 or text[i - 1] in " \t"):
-            in_comment = True
-        elif ch in "\"'" and last in _QUOTE_STARTERS and (i == 0 or text[i - 1] in " \t\n[{,"):
-            # Only where YAML starts a quoted scalar; `a:'x` or `a 'x` are plain text.
-            quote = ch
-        elif ch in "[{":
-            flow += 1
-        elif ch in "]}":
-            flow = max(0, flow - 1)
-        elif ch == "-" and text[i + 1 : i + 2] in (" ", "") and flow == 0:
-            # "- - - x": each compact dash is a level of its own.
-            indents.append(indents[-1] + 1 + (i - indent))
-        if ch not in " \t":
-            last = ch
-        depth = len(indents) - 1 + flow
-        if depth > deepest:
-            deepest = depth
-            if deepest > limit:
-                return deepest, i
-        i += 1
-    return deepest, -1
+def _checked_events(text: str) -> int:
+    """One pass over the parser's events, on the bounded scanner: refuses anchors and aliases
+    (an alias bomb expands only when constructed, so they are refused before anything is built)
+    and nesting deeper than YAML_MAX_NESTING (YamlTooDeep). Returns the deepest nesting."""
+    depth = deepest = 0
+    for event in yaml.parse(text, Loader=_BoundedLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise _refuse(
+                "YAML anchors and aliases (&name, *name) are not accepted in import files"
+                f"{_yaml_position(event.start_mark)}; write each value out in full."
+            )
+        if isinstance(event, _OPENS):
+            depth += 1
+            if depth > YAML_MAX_NESTING:
+                raise YamlTooDeep(event.start_mark)
+            deepest = max(deepest, depth)
+        elif isinstance(event, _CLOSES):
+            depth -= 1
+    return deepest
+
+
+def yaml_nesting_depth(text: str) -> int:
+    """How deep the collections of a YAML text nest; YamlTooDeep past YAML_MAX_NESTING."""
+    return _checked_events(text)
 
 
 def parse_yaml(text: str) -> Any:
-    _deepest, where = yaml_nesting_depth(text)
-    if where >= 0:
-        line = text.count("\n", 0, where) + 1
-        raise _refuse(
-            f"The file nests deeper than {YAML_MAX_NESTING} levels (at line {line}); import "
-            "files are never that deep."
-        )
     try:
-        # Anchors and aliases are refused before anything is built: an alias-bomb ("billion
-        # laughs") expands only when constructed, so the events are checked first.
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                raise _refuse(
-                    "YAML anchors and aliases (&name, *name) are not accepted in import files"
-                    f"{_yaml_position(event.start_mark)}; write each value out in full."
-                )
+        _checked_events(text)
         return yaml.load(text, Loader=_StrictSafeLoader)  # noqa: S506 - a SafeLoader subclass
+    except YamlTooDeep as exc:
+        raise _refuse(
+            f"The file nests deeper than {YAML_MAX_NESTING} levels"
+            f"{_yaml_position(exc.mark)}; import files are never that deep."
+        ) from exc
     except yaml.MarkedYAMLError as exc:
         problem = exc.problem or exc.context or "syntax error"
         raise _refuse(

@@ -16,6 +16,12 @@ def plan_lines(plan: ImportPlan) -> list[str]:
     source = f"{plan.filename} " if plan.filename else ""
     lines = [f"Import plan for {source}({plan.format_label}):"]
     lines += [f"  ! {warning}" for warning in plan.warnings]
+    if local := plan.local_processes_vouched:
+        lines.append(
+            f"  ! Builtin for every entry: {len(local)} server(s) would run as a local process, "
+            f"unsandboxed on the workers' host ({', '.join(entry.slug for entry in local)}); "
+            "a poisoned one among them would run with the host's access."
+        )
     for category in plan.categories:
         if category.action != ImportAction.UNCHANGED:
             lines.append(
@@ -23,7 +29,7 @@ def plan_lines(plan: ImportPlan) -> list[str]:
                 f"{category.action.value}"
             )
     for entry in plan.entries:
-        lines.append(f"  {_MARKS[entry.action]} {entry.slug} ({entry.name}): {entry.action.value}")
+        lines.append(f"  {_MARKS[entry.action]} {entry.slug} ({entry.name}): {entry.action_text}")
         for change in entry.changes:
             if entry.action == ImportAction.CREATE:
                 lines.append(f"      {change.field}: {change.new}")

@@ -1,17 +1,7 @@
 """Reading the official MCP registry's server.json (schemas 2025-09-29 to 2025-12-11), alone or as
 the registry API's list (`{"servers": [{"server": {...}, "_meta": {...}}], "metadata": {...}}`).
 
-A server.json describes how to install a server (packages on PyPI, npm or an OCI registry) and
-where hosted copies run (remotes). Toolroom keeps one launch spec per server, so one package or
-remote is chosen, deterministically, and the others are reported:
-
-- the first package, in the publisher's order, that Toolroom can run (pypi, npm or oci, over
-  stdio), because a package can be pinned and run in a sandbox;
-- otherwise the first Streamable HTTP remote, then the first SSE remote.
-
-pypi becomes `uvx IDENTIFIER==VERSION`, npm `npx -y IDENTIFIER@VERSION`, oci a container image
-run with `docker run -i --rm IMAGE`; the package reference is recorded too.
-"""
+More: docs/admin.md, "Module notes"."""
 
 from __future__ import annotations
 

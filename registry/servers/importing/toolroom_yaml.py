@@ -1,29 +1,6 @@
 """Toolroom's own YAML: servers as configuration in a repository, with categories and policies.
 
-    version: 1
-    categories:
-      - {slug: developer-tools, name: Developer tools, description: ...}
-    mcp_servers:
-      git:
-        name: Git
-        category: developer-tools
-        trust_tier: builtin
-        transport: stdio
-        command: ["${TOOLROOM_PYTHON}", "-m", "mcp_server_git"]
-        env: {GIT_AUTHOR_NAME: Toolroom}
-        sandbox: {isolation: local, network: none}
-
-The structure is checked with a JSON Schema that allows no unknown key, so a typo is an error
-naming the entry and the key. `${VAR}` in any value is replaced from the environment (`$$` is a
-literal `$`); an undefined variable is an error naming the variable and the entry. From the
-process environment only operator-allowed variables are read (`TOOLROOM_IMPORT_*` and those in
-TOOLROOM_IMPORT_ALLOWED_VARIABLES), and Toolroom's own secrets never (see `variables`).
-
-Each entry describes its launch spec in full (transport, command, url, env, headers, package,
-image, working directory): what it leaves out is empty. Other keys (policy, health check,
-restart, description, category, tier...) are set when given and left as they are when not, so
-a short file can update part of what an admin set in the admin. An env or header value of null
-means "keep the stored value" (what an export without secrets writes).
+More: docs/admin.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -48,6 +25,7 @@ from registry.servers.models import (
     PackageRegistry,
     RestartPolicy,
     Transport,
+    UpstreamAuth,
 )
 from registry.servers.policy import DataSensitivity, Isolation, NetworkMode, TrustTier
 
@@ -79,6 +57,7 @@ SERVER_SCHEMA: dict[str, Any] = {
         "working_directory": _TEXT,
         "url": _TEXT,
         "env": _SECRETS,
+        "env_not_secret": {"type": "array", "items": _TEXT},
         "headers": _SECRETS,
         "package": {
             "type": "object",
@@ -92,6 +71,8 @@ SERVER_SCHEMA: dict[str, Any] = {
         },
         "image": _TEXT,
         "data_sensitivity": {"enum": list(DataSensitivity.values)},
+        "upstream_auth": {"enum": list(UpstreamAuth.values)},
+        "person_secret": _group({"header": _TEXT, "prefix": _TEXT}),
         "sandbox": _group(
             {
                 "isolation": {"enum": list(Isolation.values)},
@@ -100,6 +81,19 @@ SERVER_SCHEMA: dict[str, Any] = {
                 "memory_mb": {"type": ["integer", "null"]},
                 "cpus": {"type": ["number", "null"]},
                 "pids": {"type": ["integer", "null"]},
+                "storage": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["path", "size_mb"],
+                        "properties": {
+                            "path": _TEXT,
+                            "scope": {"enum": ["server", "team", "person", "conversation"]},
+                            "size_mb": {"type": "integer"},
+                        },
+                    },
+                },
             }
         ),
         "health_check": _group(
@@ -143,6 +137,7 @@ FILE_SCHEMA: dict[str, Any] = {
 
 # YAML key path -> model field; the launch keys are reset when an entry leaves them out.
 _PLAIN_KEYS = {
+    "env_not_secret": "env_not_secret",
     "name": "name",
     "description": "description",
     "version": "version",
@@ -150,6 +145,7 @@ _PLAIN_KEYS = {
     "repository_url": "repository_url",
     "transport": "transport",
     "data_sensitivity": "data_sensitivity",
+    "upstream_auth": "upstream_auth",
 }
 _LAUNCH_KEYS = {
     "command": ("command", list),
@@ -166,6 +162,7 @@ _GROUP_KEYS = {
     ("sandbox", "memory_mb"): "memory_limit_mb",
     ("sandbox", "cpus"): "cpu_limit",
     ("sandbox", "pids"): "pids_limit",
+    ("sandbox", "storage"): "storage",
     ("health_check", "method"): "health_check_method",
     ("health_check", "tool"): "health_check_tool",
     ("health_check", "arguments"): "health_check_arguments",
@@ -175,6 +172,8 @@ _GROUP_KEYS = {
     ("restart", "auto_start"): "auto_start",
     ("restart", "policy"): "restart_policy",
     ("restart", "max_attempts"): "restart_max_attempts",
+    ("person_secret", "header"): "person_secret_header",
+    ("person_secret", "prefix"): "person_secret_prefix",
 }
 FIELD_LABELS: dict[str, str] = {
     **{field: key for key, field in _PLAIN_KEYS.items()},
@@ -373,6 +372,8 @@ def _parse_server(slug: str, raw: dict[str, Any], environ: Mapping[str, str]) ->
             value = values[key]
             if field == "cpu_limit" and value is not None:
                 value = Decimal(str(value))
+            if field == "storage":  # one shape stored: the scope said even when it is the default
+                value = [{"scope": "server", **item} for item in value]
             entry.fields[field] = value
     if "trust_tier" in spec:
         entry.trust_tier = spec["trust_tier"]

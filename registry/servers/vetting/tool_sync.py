@@ -12,10 +12,10 @@ from django.utils import timezone
 
 from registry.audit.services import Actor, actor_label, audit_record
 from registry.core.errors import ApplicationError
-from registry.search.index import tool_search_index_refresh
 from registry.servers.models import (
     ApprovalEndReason,
     ApprovalState,
+    ItemReview,
     McpServer,
     ServerPrompt,
     ServerResource,
@@ -23,7 +23,11 @@ from registry.servers.models import (
     ToolApproval,
     ToolRevision,
 )
-from registry.servers.signals import announce_visibility_change
+from registry.servers.signals import (
+    announce_tools_change,
+    announce_visibility_change,
+    tool_approvals_dropped,
+)
 from registry.servers.tool_definitions import ToolDefinition, derive_permission_class
 
 
@@ -73,7 +77,8 @@ def server_tools_sync(
 
     New tools start unapproved. A tool whose definition hash changed loses its approval at once
     (the revision is kept for the diff, and the change is audited). Tools the server stopped
-    listing are marked removed. Resources and prompts are replaced by what was listed.
+    listing are marked removed. Resources and prompts are replaced by what was listed, each keeping
+    its review unless its definition changed (then it awaits approval again).
     """
     definitions = _check_tool_definitions(tools)
     findings = findings or {}
@@ -203,6 +208,9 @@ def server_tools_sync(
                 tool__in=[t.pk for t in ended], ended_at__isnull=True
             ).update(ended_at=now, ended_by_label=by, end_reason=reason)
 
+    rug_pulls = [change for change in changed_tools if change[0].name in dropped]
+    if rug_pulls:
+        tool_approvals_dropped.send(sender=None, server=server, changes=rug_pulls)
     for tool, old_hash, new_hash in changed_tools:
         was_approved = tool.name in dropped
         audit_record(
@@ -230,13 +238,16 @@ def server_tools_sync(
             details={"approval_dropped": tool.name in dropped},
         )
 
+    items_changed = False
     if resources is not None:
-        _sync_resources(server, resources)
+        items_changed = _sync_resources(server, resources, actor)
     if prompts is not None:
-        _sync_prompts(server, prompts)
+        items_changed = _sync_prompts(server, prompts, actor) or items_changed
+    if items_changed:  # the gateway's resources and prompts lists are rebuilt
+        announce_visibility_change(server_ids=[server.pk], reason="server.items_synced")
 
     if result.added or result.changed or result.removed or result.returned:
-        tool_search_index_refresh(server_ids=[server.pk])
+        announce_tools_change(server_ids=[server.pk])
         announce_visibility_change(server_ids=[server.pk], reason="server.tools_synced")
         audit_record(
             actor=actor,
@@ -278,7 +289,70 @@ def _apply_definition(
     tool.findings = findings
 
 
-def _sync_resources(server: McpServer, resources: list[dict[str, Any]]) -> None:
+_ITEM_REVIEW_FIELDS = [
+    "definition_hash",
+    "review_state",
+    "approved_definition_hash",
+    "reviewed_by_label",
+    "reviewed_at",
+]
+
+
+def _sync_items(
+    server: McpServer,
+    model: type[ServerResource] | type[ServerPrompt],
+    *,
+    key: str,
+    rows: dict[str, Any],
+    content_fields: list[str],
+    actor: Actor,
+) -> bool:
+    """Replace the server's resources (or prompts) with `rows`, keyed by `key`, keeping each one's
+    review: a new item awaits approval; an approved item whose definition hash changed goes back
+    to awaiting approval (audited); a hidden one stays hidden. True if what clients could see may
+    have changed (an item added, removed or changed)."""
+    existing = {getattr(item, key): item for item in model.objects.filter(server=server)}
+    kind = model._meta.model_name.removeprefix("server") if model._meta.model_name else "item"
+    changed = set(existing) != set(rows)
+    dropped: list[tuple[Any, str]] = []
+    for name, row in rows.items():
+        row.refresh_definition_hash()
+        old = existing.get(name)
+        if old is None:
+            continue
+        changed = changed or old.definition_hash != row.definition_hash
+        for field_name in ("review_state", "approved_definition_hash", "reviewed_by_label"):
+            setattr(row, field_name, getattr(old, field_name))
+        row.reviewed_at = old.reviewed_at
+        if old.review_state == ItemReview.APPROVED and not row.is_approved:
+            row.review_state = ItemReview.PENDING
+            dropped.append((row, old.approved_definition_hash))
+    model.objects.filter(server=server).exclude(**{f"{key}__in": list(rows)}).delete()
+    model.objects.bulk_create(
+        rows.values(),
+        update_conflicts=True,
+        unique_fields=["server", key],
+        update_fields=content_fields + _ITEM_REVIEW_FIELDS,
+        batch_size=500,
+    )
+    ids = {getattr(item, key): item.pk for item in model.objects.filter(server=server)}
+    for row, old_hash in dropped:
+        row.pk = ids.get(getattr(row, key))  # bulk_create sets it on PostgreSQL only
+        audit_record(
+            actor=actor,
+            action=f"{kind}.definition_changed",
+            target=row,
+            server=server,
+            summary=f"{server.name} changed the definition of the {kind} {row}: its approval "
+            "was dropped until an admin approves the new definition.",
+            before={"definition_hash": old_hash},
+            after={"definition_hash": row.definition_hash},
+            details={"approval_dropped": True},
+        )
+    return changed
+
+
+def _sync_resources(server: McpServer, resources: list[dict[str, Any]], actor: Actor) -> bool:
     rows = {}
     for item in resources:
         uri = str(item.get("uri") or item.get("uriTemplate") or "")[:1000]
@@ -293,17 +367,13 @@ def _sync_resources(server: McpServer, resources: list[dict[str, Any]]) -> None:
             mime_type=str(item.get("mimeType") or "")[:200],
             is_template="uriTemplate" in item,
         )
-    ServerResource.objects.filter(server=server).exclude(uri__in=list(rows)).delete()
-    ServerResource.objects.bulk_create(
-        rows.values(),
-        update_conflicts=True,
-        unique_fields=["server", "uri"],
-        update_fields=["name", "title", "description", "mime_type", "is_template"],
-        batch_size=500,
+    fields = ["name", "title", "description", "mime_type", "is_template"]
+    return _sync_items(
+        server, ServerResource, key="uri", rows=rows, content_fields=fields, actor=actor
     )
 
 
-def _sync_prompts(server: McpServer, prompts: list[dict[str, Any]]) -> None:
+def _sync_prompts(server: McpServer, prompts: list[dict[str, Any]], actor: Actor) -> bool:
     rows = {}
     for item in prompts:
         name = str(item.get("name") or "")[:300]
@@ -316,11 +386,7 @@ def _sync_prompts(server: McpServer, prompts: list[dict[str, Any]]) -> None:
             description=str(item.get("description") or ""),
             arguments=list(item.get("arguments") or []),
         )
-    ServerPrompt.objects.filter(server=server).exclude(name__in=list(rows)).delete()
-    ServerPrompt.objects.bulk_create(
-        rows.values(),
-        update_conflicts=True,
-        unique_fields=["server", "name"],
-        update_fields=["title", "description", "arguments"],
-        batch_size=500,
+    fields = ["title", "description", "arguments"]
+    return _sync_items(
+        server, ServerPrompt, key="name", rows=rows, content_fields=fields, actor=actor
     )

@@ -14,4 +14,5 @@ register = template.Library()
 @register.inclusion_tag("admin/review_queue.html", takes_context=True)
 def review_queue(context: dict[str, Any]) -> dict[str, Any]:
     request = context["request"]
-    return {"queue": build_review_queue(user=request.user)}
+    # An inclusion tag renders in a context of its own: the links below the queue need `perms`.
+    return {"queue": build_review_queue(user=request.user), "perms": context.get("perms")}

@@ -7,8 +7,8 @@ from workers.adapters.sandbox.egress_pool import (
     EGRESS_POOL,
     EgressPool,
     egress_policy,
-    remove_stale_egress,
 )
+from workers.adapters.sandbox.egress_sweep import remove_stale_egress
 from workers.adapters.sandbox.engine import connect_engine, engine_version
 from workers.adapters.sandbox.errors import (
     ContainerFate,

@@ -1,30 +1,6 @@
 """Proxied networks kept across a server's sessions: the internal network and its egress proxy.
 
-A `proxied` session needs an internal network of its own and an egress proxy container on it.
-Making both costs more than the server's container itself, so they are made once per server and
-egress policy and kept, with a holder container on the network whose namespace the server's
-containers join (starting a container in an existing namespace skips the interface, address and
-DNS set-up). The next session of the same server in this process (a restarted runtime, the next
-discovery or health check) creates only its own container, with the proxy already listening.
-Sessions of the same server at once share them. `prepare` makes them ahead of a session; a
-session that finds none makes them while its own container is created (`make`: all at once, the
-server on the new network itself so that its start waits for no other).
-
-- **Keyed** by engine, owner, server and the policy (`egress_policy`: a hash of the allowlist).
-  A session with another allowlist for the same server retires the old network and proxy: they
-  are removed as soon as no session of this process uses them.
-- **Held by this process.** The pool holds the stdin of the proxy and the holder (they exit when
-  it closes), and all three carry this process's owner labels: when the process dies the proxy
-  follows it and the janitor (`remove_orphans`) removes the network; while it lives the janitor
-  leaves them alone. At interpreter exit the pool removes what it holds.
-- **Idle ones go**: after `idle_seconds` (5 minutes) without a session they are removed, so a
-  retired or deleted server's network does not outlive it by more than that.
-  `remove_stale_egress` removes, from any process, the ones of servers no longer proxied with
-  that policy (what the registry knows, see workers/sandboxing.py).
-- A proxy that exits by itself is noticed (its stdin reader ends): it is never handed out again,
-  and its network goes once no session uses it.
-
-The pool's functions block (engine calls); the transport runs them in worker threads.
+More: docs/sandbox.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -39,7 +15,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import docker.errors
@@ -49,9 +25,6 @@ from workers.adapters.sandbox.engine import Engine, connect_engine, container_at
 from workers.adapters.sandbox.errors import SandboxError
 from workers.adapters.sandbox.images.base import BASE_IMAGE
 from workers.adapters.sandbox.spec import (
-    LABEL_MANAGED,
-    LABEL_ROLE,
-    LABEL_SERVER,
     NOBODY,
     ContainerSpec,
     hardened_host_config,
@@ -353,7 +326,7 @@ class EgressPool:
     ) -> None:
         """The proxy, created on the egress bridge and attached to (its READY line is read);
         connected to the session network and started once that exists."""
-        egress = networks.ensure_egress_network(engine)
+        egress = networks.ensure_egress_network(engine, installation=spec.installation)
         entry.proxy_id = networks.create_proxy_container(
             engine,
             image=image,
@@ -583,76 +556,6 @@ class EgressPool:
         labels = resource_labels(spec, session_id=entry.session_id, role=role)
         labels[LABEL_EGRESS_POLICY] = entry.policy
         return labels
-
-
-def remove_stale_egress(
-    wanted: Mapping[str, str], *, engine: Engine | None = None, servers: Sequence[str] | None = None
-) -> list[str]:
-    """Remove kept egress networks (and their proxies) whose server is not proxied any more with
-    that policy: `wanted` maps a server key to its policy (`egress_policy`); a server missing
-    from it is retired, deleted or not proxied. `servers` limits it to those servers. A network a
-    server's container is still on stays (its session ends first). Any process may call this:
-    the process holding one notices its proxy go. Returns "network NAME" lines."""
-    own = engine is None
-    engine = engine or connect_engine()
-    removed: list[str] = []
-    try:
-        kept = {"label": [f"{LABEL_MANAGED}=true", LABEL_EGRESS_POLICY]}
-        for network in engine.api.networks(filters=kept):
-            labels = network.get("Labels") or {}
-            server = labels.get(LABEL_SERVER, "")
-            if servers is not None and server not in servers:
-                continue
-            if wanted.get(server) == labels.get(LABEL_EGRESS_POLICY):
-                continue
-            try:
-                attached = engine.api.inspect_network(network["Id"]).get("Containers") or {}
-            except docker.errors.NotFound:
-                continue
-            roles = {container_id: _role_of(engine, container_id) for container_id in attached}
-            if _in_use(engine, server, roles):
-                continue  # a session is still on it
-            for container_id in attached:
-                with contextlib.suppress(docker.errors.NotFound):
-                    try:
-                        engine.api.remove_container(container_id, force=True)
-                    except docker.errors.APIError as exc:
-                        if exc.status_code != 409:
-                            raise
-            networks.remove_network_when_empty(engine, network["Id"], timeout=REMOVE_TIMEOUT)
-            removed.append(f"network {network['Name']}")
-    finally:
-        if own:
-            engine.close()
-    return removed
-
-
-def _in_use(engine: Engine, server: str, roles: Mapping[str, tuple[str, str]]) -> bool:
-    """A server's container is on the network, or in the namespace of its holder (named by ID
-    or by name: sessions name the holder, see `EgressLease.network_mode`)."""
-    if any(role not in ("proxy", ROLE_HOLDER) for role, _name in roles.values()):
-        return True
-    holders = {
-        f"container:{ident}"
-        for cid, (role, name) in roles.items()
-        if role == ROLE_HOLDER
-        for ident in (cid, name)
-        if ident
-    }
-    servers = engine.api.containers(
-        all=True, filters={"label": [f"{LABEL_SERVER}={server}", f"{LABEL_ROLE}=server"]}
-    )
-    return any((c.get("HostConfig") or {}).get("NetworkMode") in holders for c in servers)
-
-
-def _role_of(engine: Engine, container_id: str) -> tuple[str, str]:
-    """The container's role label and name."""
-    try:
-        found = engine.api.inspect_container(container_id)
-    except docker.errors.NotFound:
-        return "proxy", ""  # gone already
-    labels = found["Config"].get("Labels") or {}
-    return str(labels.get(LABEL_ROLE, "")), str(found.get("Name", "")).lstrip("/")
 
 
 EGRESS_POOL = EgressPool()

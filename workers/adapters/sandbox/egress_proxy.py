@@ -1,17 +1,6 @@
 """The sandbox's allowlisting egress proxy: HTTP CONNECT and plain HTTP, standard library only.
 
-It runs in its own container (the proxy image) between a server's internal network and an ordinary
-bridge, and is the only way out for a server in the `proxied` network mode. A request for a
-host:port that is not on the allowlist is answered 403 before any name is looked up. A listed name
-is resolved once, and the connection goes to the address that was checked: names that resolve to
-loopback, link-local (cloud metadata), multicast or unspecified addresses are refused; an entry that
-is an IP address is taken as the admin wrote it.
-
-    python3 egress_proxy.py --listen 0.0.0.0:3128 --allow api.github.com:443 --lifeline-stdin
-
-It prints `READY <port>` on stdout once it listens, one line per decision on stderr, and with
-`--lifeline-stdin` exits when its stdin closes (the worker that started it is gone).
-This file is copied into the proxy image and run there by itself: it imports nothing of Toolroom.
+More: docs/sandbox.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -25,6 +14,8 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+
+from registry.core.netguard import resolved_address_refusal
 
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT = 10.0
@@ -91,12 +82,9 @@ def is_ip(host: str) -> bool:
     return True
 
 
-def forbidden_address(address: str) -> bool:
-    """Addresses a listed *name* may not lead to: this host, link-local (metadata), multicast."""
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified
+def forbidden_address(address: str) -> str | None:
+    """Why a listed *name* may not lead to `address`, or None: the URL guard's rule."""
+    return resolved_address_refusal(address)
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -122,7 +110,7 @@ class Allowlist:
 class Proxy:
     allowlist: Allowlist
     resolver: Resolver = system_resolver
-    forbidden: Callable[[str], bool] = forbidden_address
+    forbidden: Callable[[str], str | None] = forbidden_address
     connect_timeout: float = CONNECT_TIMEOUT
     idle_timeout: float = IDLE_TIMEOUT
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
@@ -189,9 +177,11 @@ class Proxy:
                 addresses = await asyncio.wait_for(self.resolver(host, port), self.connect_timeout)
             except (OSError, TimeoutError) as exc:
                 raise Refused(502, f"{host} could not be resolved ({exc})") from exc
-            bad = [a for a in addresses if self.forbidden(a)]
-            if bad:
-                raise Refused(403, f"{host} resolves to {bad[0]}, which no listed name may reach")
+            for address in addresses:
+                if (why := self.forbidden(address)) is not None:
+                    raise Refused(
+                        403, f"{host} resolves to {address} ({why}), which no listed name may reach"
+                    )
         last: Exception | None = None
         for address in addresses:
             try:

@@ -1,11 +1,6 @@
 """The janitor that removes what a dead worker left on the engine, and a summary of what is there.
 
-Everything a transport makes is labelled with its owner (a worker's name, by default the host
-name), the host and the process that made it (pid and start time, so a reused pid is not taken for
-the old one). A worker calls `remove_orphans(owner_label_value=its owner)` when it starts: every
-container and network of that owner whose process is gone is removed. Those of a live process on
-this host (a sibling worker process, or this one) are left alone. The worker then calls
-`remove_surplus_egress_networks`, for the extra egress bridges a creation race may leave.
+More: docs/sandbox.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ from workers.adapters.sandbox.networks import (
     surplus_egress_networks,
 )
 from workers.adapters.sandbox.spec import (
+    LABEL_INSTALLATION,
     LABEL_MANAGED,
     LABEL_OWNER,
     LABEL_OWNER_HOST,
@@ -33,6 +29,7 @@ from workers.adapters.sandbox.spec import (
     LABEL_ROLE,
     LABEL_SERVER,
     LABEL_SESSION,
+    default_installation,
     process_start_time,
 )
 
@@ -55,27 +52,31 @@ def _held_by_live_process(labels: dict[str, str]) -> bool:
     return not started or started == "0" or process_start_time(pid) in (None, started)
 
 
-def _label_filters(owner: str | None) -> dict[str, list[str]]:
-    labels = [f"{LABEL_MANAGED}=true", LABEL_SESSION]
+def _label_filters(owner: str | None, installation: str) -> dict[str, list[str]]:
+    labels = [f"{LABEL_MANAGED}=true", LABEL_SESSION, f"{LABEL_INSTALLATION}={installation}"]
     if owner is not None:
         labels.append(f"{LABEL_OWNER}={owner}")
     return {"label": labels}
 
 
 def remove_orphans(
-    *, owner_label_value: str | None = None, engine: Engine | None = None
+    *,
+    owner_label_value: str | None = None,
+    installation: str | None = None,
+    engine: Engine | None = None,
 ) -> list[str]:
-    """Remove Toolroom's session containers and networks whose owning process is gone.
+    """Remove the installation's session containers and networks whose owning process is gone.
 
-    `owner_label_value` limits it to one owner's (a worker's) resources; None takes every owner's,
-    which is right for a single worker host or an admin's clean-up, not for workers on several
-    hosts sharing an engine. Returns what was removed ("container NAME", "network NAME").
+    `owner_label_value` limits it to one owner's (a worker's) resources; None takes every owner's
+    of the installation, which is right for a single worker host or an admin's clean-up, not for
+    workers on several hosts sharing an engine. Returns what was removed ("container NAME",
+    "network NAME").
     """
     own_engine = engine is None
     engine = engine or connect_engine()
     removed: list[str] = []
     try:
-        filters = _label_filters(owner_label_value)
+        filters = _label_filters(owner_label_value, installation or default_installation())
         for container in engine.api.containers(all=True, filters=filters):
             labels = container.get("Labels") or {}
             if _held_by_live_process(labels):
@@ -100,8 +101,11 @@ def remove_orphans(
     return removed
 
 
-def remove_surplus_egress_networks(*, engine: Engine | None = None) -> list[str]:
-    """Remove the egress bridges a creation race left beside the one in use, if nothing is on them.
+def remove_surplus_egress_networks(
+    *, installation: str | None = None, engine: Engine | None = None
+) -> list[str]:
+    """Remove the installation's egress bridges a creation race left beside the one in use, if
+    nothing is on them.
 
     Workers racing to create the shared egress bridge may each make one (see
     `ensure_egress_network`); all but the oldest are surplus. One still holding a container (a
@@ -111,7 +115,7 @@ def remove_surplus_egress_networks(*, engine: Engine | None = None) -> list[str]
     engine = engine or connect_engine()
     removed: list[str] = []
     try:
-        for network in surplus_egress_networks(engine):
+        for network in surplus_egress_networks(engine, installation=installation):
             try:
                 if engine.api.inspect_network(network["Id"]).get("Containers"):
                     continue
@@ -150,9 +154,17 @@ class SandboxStatus:
     networks: list[str] = field(default_factory=list)
 
 
-def sandbox_status(*, engine: Engine | None = None) -> SandboxStatus:
+def sandbox_status(
+    *, installation: str | None = None, engine: Engine | None = None
+) -> SandboxStatus:
+    """Images (shared by every installation on the engine), and the installation's containers
+    and networks."""
     own_engine = engine is None
     engine = engine or connect_engine()
+    ours = [
+        f"{LABEL_MANAGED}=true",
+        f"{LABEL_INSTALLATION}={installation or default_installation()}",
+    ]
     try:
         images: dict[str, str | None] = {
             BASE_IMAGE: image_digest(engine, BASE_IMAGE),
@@ -163,13 +175,11 @@ def sandbox_status(*, engine: Engine | None = None) -> SandboxStatus:
                 images[tag] = image["Id"]
         containers = [
             _describe(container)
-            for container in engine.api.containers(
-                all=True, filters={"label": f"{LABEL_MANAGED}=true"}
-            )
+            for container in engine.api.containers(all=True, filters={"label": ours})
         ]
         networks = [
             str(n["Name"])
-            for n in engine.api.networks(filters={"label": f"{LABEL_MANAGED}=true"})
+            for n in engine.api.networks(filters={"label": ours})
             if (n.get("Labels") or {}).get(LABEL_ROLE) == ROLE_EGRESS_NETWORK
             or LABEL_SESSION in (n.get("Labels") or {})
         ]

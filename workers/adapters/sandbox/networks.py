@@ -1,17 +1,6 @@
 """The four network modes on the engine: the networks and the egress proxy container behind them.
 
-- none: the container has a loopback interface only.
-- internal: a network of its own, marked internal, whose bridge has no address on the host: the
-  server reaches nothing, not even the host (Docker 20.10 lets an internal network reach the host's
-  own addresses through its gateway; a bridge without an address has no gateway to use).
-- proxied: the same internal network, plus an egress proxy container on it that is also on the
-  shared egress bridge. The server is told the proxy's address in HTTP(S)_PROXY; the proxy lets
-  through only the server's allowlist.
-- bridge: the shared egress bridge (a user-defined bridge with inter-container traffic off):
-  unrestricted egress, for tiers that may have it. It is named `toolroom-egress-<random>` and
-  found by its label, so that two workers creating it at once never make a name two networks share.
-
-These functions call the engine synchronously; the transport runs them in worker threads.
+More: docs/sandbox.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -29,9 +18,11 @@ import docker.errors
 from workers.adapters.sandbox.engine import Engine
 from workers.adapters.sandbox.errors import SandboxError
 from workers.adapters.sandbox.spec import (
+    LABEL_INSTALLATION,
     LABEL_MANAGED,
     LABEL_ROLE,
     NOBODY,
+    default_installation,
     hardened_host_config,
 )
 
@@ -65,8 +56,8 @@ def create_session_network(engine: Engine, name: str, labels: Mapping[str, str])
     return str(created["Id"])
 
 
-def ensure_egress_network(engine: Engine) -> str:
-    """The shared egress bridge (created on first use); its ID.
+def ensure_egress_network(engine: Engine, *, installation: str | None = None) -> str:
+    """The installation's shared egress bridge (created on first use); its ID.
 
     Docker does not keep network names unique (`check_duplicate` is best effort), so two workers
     creating the bridge at once may both succeed, and no container starts on a name two networks
@@ -74,32 +65,43 @@ def ensure_egress_network(engine: Engine) -> str:
     name is shared is never used, everyone takes the oldest of the rest, and the janitor removes
     the others once nothing is on them (`surplus_egress_networks`).
     """
-    usable = _unambiguous(egress_networks(engine))
+    installation = installation or default_installation()
+    usable = _unambiguous(egress_networks(engine, installation=installation))
     if not usable:
         engine.api.create_network(
             f"{EGRESS_NETWORK}-{secrets.token_hex(4)}",
             driver="bridge",
             check_duplicate=True,
-            labels={LABEL_MANAGED: "true", LABEL_ROLE: ROLE_EGRESS_NETWORK},
+            labels={
+                LABEL_MANAGED: "true",
+                LABEL_ROLE: ROLE_EGRESS_NETWORK,
+                LABEL_INSTALLATION: installation,
+            },
             options={"com.docker.network.bridge.enable_icc": "false"},
         )
-        usable = _unambiguous(egress_networks(engine))
+        usable = _unambiguous(egress_networks(engine, installation=installation))
     if not usable:
         raise SandboxError("The sandbox's egress bridge network could not be created.")
     return str(usable[0]["Id"])
 
 
-def egress_networks(engine: Engine) -> list[dict[str, Any]]:
-    """Toolroom's egress bridges on the engine, oldest first (normally exactly one)."""
-    found = engine.api.networks(
-        filters={"label": [f"{LABEL_MANAGED}=true", f"{LABEL_ROLE}={ROLE_EGRESS_NETWORK}"]}
-    )
+def egress_networks(engine: Engine, *, installation: str | None = None) -> list[dict[str, Any]]:
+    """The installation's egress bridges on the engine, oldest first (normally exactly one)."""
+    labels = [
+        f"{LABEL_MANAGED}=true",
+        f"{LABEL_ROLE}={ROLE_EGRESS_NETWORK}",
+        f"{LABEL_INSTALLATION}={installation or default_installation()}",
+    ]
+    found = engine.api.networks(filters={"label": labels})
     return sorted(found, key=_creation_order)
 
 
-def surplus_egress_networks(engine: Engine) -> list[dict[str, Any]]:
-    """Egress bridges other than the one `ensure_egress_network` hands out (left by a race)."""
-    every = egress_networks(engine)
+def surplus_egress_networks(
+    engine: Engine, *, installation: str | None = None
+) -> list[dict[str, Any]]:
+    """The installation's egress bridges other than the one `ensure_egress_network` hands out
+    (left by a race)."""
+    every = egress_networks(engine, installation=installation)
     usable = _unambiguous(every)
     return [n for n in every if not usable or n["Id"] != usable[0]["Id"]]
 
@@ -125,9 +127,13 @@ def _creation_order(network: Mapping[str, Any]) -> tuple[datetime, int, str]:
 
 
 def proxy_command(allowlist: Sequence[str]) -> list[str]:
+    # -E -s -S: no environment, no site packages, only the standard library and the program's own
+    # directory (root's, read-only), where the network guard it imports lies beside it.
     command = [
         "python3",
-        "-I",
+        "-E",
+        "-s",
+        "-S",
         "/opt/toolroom/egress_proxy.py",
         "--listen",
         f"0.0.0.0:{PROXY_PORT}",

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
+import docker.types
+
 from workers.adapters.sandbox.errors import SandboxSpecError
 
 NetworkMode = Literal["none", "internal", "proxied", "bridge"]
@@ -26,6 +28,10 @@ NETWORK_MODES: tuple[str, ...] = get_args(NetworkMode)
 # Labels that mark what Toolroom made, so that the janitor can find it after a worker died.
 LABEL_MANAGED = "io.toolroom.managed"
 LABEL_OWNER = "io.toolroom.owner"
+# The installation (one Toolroom: its database, its workers) a resource belongs to; every
+# clean-up filters on it, so installations sharing an engine never touch each other's.
+LABEL_INSTALLATION = "io.toolroom.installation"
+INSTALLATION_ENV = "TOOLROOM_INSTALLATION"
 LABEL_OWNER_HOST = "io.toolroom.owner-host"
 LABEL_OWNER_PID = "io.toolroom.owner-pid"
 LABEL_SESSION = "io.toolroom.session"
@@ -38,6 +44,7 @@ LOG_MAX_SIZE = "1m"
 LOG_MAX_FILES = "1"
 OPEN_FILES_LIMIT = 4096
 NOBODY = "65534:65534"
+NOBODY_UID = 65534
 
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -85,6 +92,13 @@ def process_start_time(pid: int) -> str | None:
 def default_owner() -> str:
     """The owner label of what this process starts: the host's name."""
     return socket.gethostname()
+
+
+def default_installation() -> str:
+    """The installation label of what this process starts and cleans up, unless told: the
+    TOOLROOM_INSTALLATION environment variable, else "default" (the workers pass Toolroom's
+    setting explicitly, workers/sandboxing.py)."""
+    return os.environ.get(INSTALLATION_ENV, "") or "default"
 
 
 def _under(path: str, tree: str) -> bool:
@@ -141,6 +155,45 @@ class HostMount:
             )
 
 
+_VOLUME_NAME = re.compile(r"^toolroom-vol-[a-z0-9][a-z0-9_.-]{0,186}$")
+# Where storage may not be mounted in the container (its own system, /tmp, the server's code).
+_FORBIDDEN_STORAGE_TREES = (
+    *_FORBIDDEN_TARGET_TREES,
+    *("/etc", "/usr", "/bin", "/sbin", "/lib", "/opt/server"),
+)
+
+
+@dataclass(frozen=True)
+class StorageMount:
+    """Storage at `target`: the named volume `volume` (Toolroom's, `toolroom-vol-...`), or with
+    no volume a scratch tmpfs (kept for the session only). Either holds at most `size_mb`
+    (docs/sandbox.md says how that is enforced); a volume over its limit comes `read_only`."""
+
+    target: str
+    size_mb: int
+    volume: str = ""
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        target = posixpath.normpath(self.target) if self.target.startswith("/") else ""
+        if (
+            not target
+            or target == "/"
+            or "\x00" in self.target
+            or ".." in self.target.split("/")
+            or any(_under(target, tree) for tree in _FORBIDDEN_STORAGE_TREES)
+        ):
+            raise SandboxSpecError(
+                "storage", f"Storage may not be mounted at {self.target!r} in the container."
+            )
+        if self.volume and not _VOLUME_NAME.match(self.volume):
+            raise SandboxSpecError(
+                "storage", f"{self.volume!r} is not a Toolroom storage volume name."
+            )
+        if not 1 <= self.size_mb <= 10_240:
+            raise SandboxSpecError("storage", "A storage size must be 1 to 10240 MB.")
+
+
 def _is_socket(path: str) -> bool:
     try:
         return stat.S_ISSOCK(os.stat(path).st_mode)
@@ -160,8 +213,8 @@ class ContainerSpec:
     """One server's container: image, command and the limits its policy gives it.
 
     `argv` empty means the image's own command. `egress_allowlist` ("host:port") applies to the
-    `proxied` network mode only. `owner` and `runtime_id` become labels: the janitor removes what
-    a dead owner left behind.
+    `proxied` network mode only. `owner`, `runtime_id` and `installation` become labels: the
+    janitor removes what a dead owner of its own installation left behind.
     """
 
     server_key: str
@@ -178,8 +231,10 @@ class ContainerSpec:
     read_only_root: bool = True
     tmpfs_mb: int = 64
     mounts: Sequence[HostMount] = ()
+    storage: Sequence[StorageMount] = ()
     owner: str = field(default_factory=default_owner)
     runtime_id: str = ""
+    installation: str = field(default_factory=default_installation)
 
     def __post_init__(self) -> None:
         # Freeze the sequences and mappings handed in, so that the spec stays what was checked.
@@ -189,6 +244,7 @@ class ContainerSpec:
             self, "egress_allowlist", tuple(e.strip().lower() for e in self.egress_allowlist)
         )
         object.__setattr__(self, "mounts", tuple(self.mounts))
+        object.__setattr__(self, "storage", tuple(self.storage))
         self._check()
 
     def __hash__(self) -> int:
@@ -245,17 +301,30 @@ class ContainerSpec:
             raise SandboxSpecError("tmpfs_mb", "The /tmp size must be between 1 and 1024 MB.")
         if not all(isinstance(m, HostMount) for m in self.mounts):
             raise SandboxSpecError("mounts", "Mounts must be HostMount(source, target).")
-        for label, value in (("owner", self.owner), ("runtime_id", self.runtime_id)):
+        if not all(isinstance(m, StorageMount) for m in self.storage):
+            raise SandboxSpecError("storage", "Storage must be StorageMount(target, size_mb).")
+        targets = [posixpath.normpath(m.target) for m in self.mounts]
+        targets += [posixpath.normpath(m.target) for m in self.storage]
+        if len(set(targets)) != len(targets):
+            raise SandboxSpecError("storage", "Two mounts share a path in the container.")
+        for label, value in (
+            ("owner", self.owner),
+            ("runtime_id", self.runtime_id),
+            ("installation", self.installation),
+        ):
             if len(value) > 200 or any(ch in value for ch in "\x00\n\r"):
                 raise SandboxSpecError(label, f"{label} must be one short line of text.")
         if not self.owner:
             raise SandboxSpecError("owner", "The owner label must not be empty.")
+        if not self.installation:
+            raise SandboxSpecError("installation", "The installation label must not be empty.")
 
 
 def resource_labels(spec: ContainerSpec, *, session_id: str, role: str) -> dict[str, str]:
     """The labels on everything one transport makes: container, proxy, network."""
     return {
         LABEL_MANAGED: "true",
+        LABEL_INSTALLATION: spec.installation,
         LABEL_OWNER: spec.owner,
         LABEL_OWNER_HOST: socket.gethostname(),
         LABEL_OWNER_PID: process_identity(),
@@ -280,9 +349,14 @@ def hardened_host_config(
     tmpfs_mb: int,
     network_mode: str,
     mounts: Sequence[HostMount] = (),
+    storage: Sequence[StorageMount] = (),
     dns: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Keyword arguments of the engine's host config that every Toolroom container gets."""
+    """Keyword arguments of the engine's host config that every Toolroom container gets.
+
+    Storage: a named volume, or a scratch tmpfs of its size owned by the sandbox's user; with
+    any storage, no single file may grow past the largest storage's size (RLIMIT_FSIZE, which
+    the kernel enforces on every write, /tmp included)."""
     config: dict[str, Any] = {
         "network_mode": network_mode,
         "read_only": read_only_root,
@@ -308,6 +382,20 @@ def hardened_host_config(
     }
     if mounts:
         config["binds"] = {m.source: {"bind": m.target, "mode": "ro"} for m in mounts}
+    volumes = [m for m in storage if m.volume]
+    if volumes:
+        config["mounts"] = [
+            docker.types.Mount(m.target, m.volume, type="volume", read_only=m.read_only)
+            for m in volumes
+        ]
+    for scratch in (m for m in storage if not m.volume):
+        config["tmpfs"][scratch.target] = (
+            f"rw,noexec,nosuid,nodev,size={scratch.size_mb}m,uid={NOBODY_UID},"
+            f"gid={NOBODY_UID},mode=0700"
+        )
+    if storage:
+        largest = max(m.size_mb for m in storage) * 1024 * 1024
+        config["ulimits"].append({"Name": "fsize", "Soft": largest, "Hard": largest})
     if dns:
         config["dns"] = list(dns)
     return config

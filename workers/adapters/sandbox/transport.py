@@ -1,17 +1,6 @@
 """An MCP transport to a server running in a hardened container, over the container's own stdio.
 
-`sandbox_transport(spec)` is used like the SDK's `stdio_client`: an async context manager that
-yields `(read_stream, write_stream)` of `SessionMessage`, so `mcp.Client(sandbox_transport(spec))`
-and `ClientSession(*streams)` work unchanged. Underneath, the container is created with
-`stdin_open` and auto-remove, attached to before it starts (so no output is missed), and started;
-stdout carries JSON-RPC lines, stderr goes to a bounded tail and the log. On exit the container's
-stdin is closed, it gets a grace period to exit, then it is killed and removed, with its network and
-proxy: also when the caller is cancelled or fails. A worker that dies closes the attach connection,
-which closes the server's stdin; the janitor removes whatever a server that ignores that left.
-
-Afterwards `transport.fate` tells how the container ended (exit code, OOM kill, stderr tail). When
-the server died while the session was open, the read stream gets a `SandboxError` value and the
-`async with` raises `SandboxError` (from the session's error) with that fate.
+More: docs/sandbox.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -37,6 +26,7 @@ from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
 from workers.adapters.sandbox import networks
+from workers.adapters.sandbox.container_end import read_fate, remove_container
 from workers.adapters.sandbox.egress_pool import EGRESS_POOL, EgressLease, EgressPool
 from workers.adapters.sandbox.engine import Engine, connect_engine, container_attach_socket
 from workers.adapters.sandbox.errors import ContainerFate, SandboxError
@@ -86,64 +76,6 @@ def _parse_line(line: bytes) -> SessionMessage | Exception:
         logger.warning("A sandboxed server wrote a line that is not JSON-RPC: %.200r", line)
         return exc
     return SessionMessage(message)
-
-
-def _read_fate(
-    engine: Engine, container_id: str, *, since: float, timeout: float
-) -> tuple[int | None, bool]:
-    """(exit code, OOM killed) from the engine's events: they outlive an auto-removed container.
-
-    Waits up to `timeout` for the container to die (0: only what already happened).
-    """
-    exit_code: int | None = None
-    oom = False
-    events = engine.api.events(
-        since=int(since) - 60,
-        until=int(time.time() + timeout) + 1,
-        filters={"container": container_id, "type": "container"},
-        decode=True,
-    )
-    try:
-        for event in events:
-            action = str(event.get("Action") or event.get("status") or "")
-            if action == "oom":
-                oom = True
-            elif action == "die":
-                code = event.get("Actor", {}).get("Attributes", {}).get("exitCode")
-                exit_code = int(code) if code is not None else None
-                break
-    finally:
-        events.close()
-    if exit_code is None or not oom:
-        # Not removed yet (or events missed): the container's own record says it too.
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            state = engine.api.inspect_container(container_id)["State"]
-            if not state.get("Running"):
-                oom = oom or bool(state.get("OOMKilled"))
-                if exit_code is None:
-                    exit_code = int(state.get("ExitCode"))
-    return exit_code, oom
-
-
-def _remove_container(engine: Engine, container_id: str, *, timeout: float) -> None:
-    """Kill and remove the container, and wait until the engine no longer has it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            engine.api.remove_container(container_id, force=True)
-        except docker.errors.NotFound:
-            return
-        except docker.errors.APIError as exc:
-            # 409: auto-remove is already removing it.
-            if exc.status_code != 409:
-                raise
-        try:
-            engine.api.inspect_container(container_id)
-        except docker.errors.NotFound:
-            return
-        if time.monotonic() > deadline:
-            raise SandboxError(f"The engine did not remove container {container_id[:12]}.")
-        time.sleep(0.05)
 
 
 @dataclass
@@ -302,7 +234,9 @@ class SandboxTransport:
                     _engine_call, pool.wait_created, lease, timeout=self._start_timeout
                 )
         elif spec.network_mode == "bridge":
-            network_mode = await _engine_call(networks.ensure_egress_network, engine)
+            network_mode = await _engine_call(
+                networks.ensure_egress_network, engine, installation=spec.installation
+            )
         start_server = functools.partial(
             self._start_server,
             engine,
@@ -356,6 +290,7 @@ class SandboxTransport:
                 tmpfs_mb=spec.tmpfs_mb,
                 network_mode=network_mode,
                 mounts=spec.mounts,
+                storage=spec.storage,
                 dns=dns,
             ),
             **({"dns_opt": list(dns_options)} if dns_options else {}),
@@ -558,7 +493,7 @@ class SandboxTransport:
                 return self.fate
             try:
                 exit_code, oom = await _engine_call(
-                    _read_fate, engine, container_id, since=state.started_at, timeout=wait
+                    read_fate, engine, container_id, since=state.started_at, timeout=wait
                 )
             except docker.errors.DockerException as exc:
                 logger.warning("Could not read the fate of %s: %s", self.container_name, exc)
@@ -589,7 +524,7 @@ class SandboxTransport:
         container = state.container_id or state.server_name
         if container is not None:
             try:
-                await _engine_call(_remove_container, engine, container, timeout=REMOVE_TIMEOUT)
+                await _engine_call(remove_container, engine, container, timeout=REMOVE_TIMEOUT)
             except (SandboxError, docker.errors.DockerException) as exc:
                 problems.append(str(exc))
         if state.egress is not None:

@@ -1,4 +1,6 @@
-"""`manage.py mcp`: discover, check, start and stop servers, and approve them, from a shell.
+"""`manage.py mcp`: discover, check, start and stop servers, approve, suspend and resume them,
+approve or revoke their tools, and print where to link an account at a per-person server, from a
+shell.
 
 Every subcommand goes through the same services as the admin. Discovery is done by the workers
 (the command waits for them and shows progress) unless --inline asks for it to run right here.
@@ -11,24 +13,35 @@ import time
 from typing import Any
 
 import anyio
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 from django.db.models import QuerySet
+from django.urls import reverse
 
 from registry.core.errors import ApplicationError
 from registry.servers import services
-from registry.servers.models import DiscoveryRun, McpServer, ReviewStatus, Tool
-from registry.servers.operations.discovery import (
+from registry.servers.jobs.discovery import (
     discovery_claim,
     discovery_record,
     discovery_request,
     discovery_runs_needing_attention,
 )
-from registry.servers.operations.health import health_record
-from registry.servers.operations.launch import server_launch_plan
-from registry.servers.operations.runtime import runtime_display_state, runtime_request
+from registry.servers.jobs.health import health_record
+from registry.servers.jobs.launch import server_launch_plan
+from registry.servers.jobs.runtime import runtime_display_state, runtime_request
+from registry.servers.models import (
+    ApprovalState,
+    DiscoveryRun,
+    McpServer,
+    ReviewStatus,
+    Tool,
+    UpstreamAuth,
+)
 from registry.servers.selectors import server_list_with_tool_counts
-from workers.discovery import discover_plan, discovery_lease_kept
-from workers.health import check_plans
+from workers.discovery import discover_server, discovery_lease_kept
+from workers.health import check_plans, health_check_refused_again, health_plans
 
 POLL_SECONDS = 0.5
 
@@ -41,7 +54,10 @@ def _actor() -> str:
 
 
 class Command(BaseCommand):
-    help = "Discover, health-check, start/stop and approve MCP servers."
+    help = (
+        "Discover, health-check, start/stop, approve, suspend and resume MCP servers; approve "
+        "and revoke tools."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -86,6 +102,43 @@ class Command(BaseCommand):
             help="also approve tools the scanner flagged (you read the findings)",
         )
         tools.add_argument("--note", default="")
+
+        items = sub.add_parser(
+            "review-items", help="Approve or hide resources and prompts (at current hashes)."
+        )
+        items.add_argument("slug", metavar="SLUG")
+        items.add_argument("decision", choices=services.ITEM_ACTIONS)
+        items.add_argument("--resource", action="append", default=[], metavar="URI")
+        items.add_argument("--prompt", action="append", default=[], metavar="NAME")
+        items.add_argument("--all", action="store_true", help="every resource and prompt")
+        items.add_argument("--note", default="", help="a note, or why hidden (audited)")
+
+        revoke = sub.add_parser("revoke-tools", help="Revoke the approval of tools.")
+        revoke.add_argument("slug", metavar="SLUG")
+        revoke.add_argument("--tool", action="append", default=[], metavar="NAME")
+        revoke.add_argument("--all", action="store_true", help="every approved tool")
+        revoke.add_argument("--reason", required=True, help="why (kept in the audit trail)")
+
+        suspend = sub.add_parser("suspend", help="Suspend an approved server.")
+        suspend.add_argument("slug", metavar="SLUG")
+        suspend.add_argument("--reason", required=True, help="why (kept in the audit trail)")
+
+        link = sub.add_parser(
+            "link",
+            help="Print the URL where a person links their own account at a per-person server "
+            "(an admin's link also discovers its tools).",
+        )
+        link.add_argument("slug", metavar="SLUG")
+        link.add_argument("--user", default="", metavar="NAME", help="who opens the URL")
+        link.add_argument(
+            "--no-discovery",
+            action="store_true",
+            help="an admin's own link only, not the one that discovers the server's tools",
+        )
+
+        resume = sub.add_parser("resume", help="Approve a suspended server again.")
+        resume.add_argument("slug", metavar="SLUG")
+        resume.add_argument("--note", default="", help="what was reviewed")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"].replace("-", "_")
@@ -171,7 +224,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"{server.slug}: a worker is already discovering it")
                 continue
             with discovery_lease_kept(claimed.pk):
-                outcome = anyio.run(discover_plan, server_launch_plan(server=server))
+                outcome = discover_server(server_launch_plan(server=server))
             finished = discovery_record(run=claimed, outcome=outcome, actor=_actor())
             failed += finished.status == "failed"
             prefix = f"[{index}/{len(servers)}] " if len(servers) > 1 else ""
@@ -216,8 +269,9 @@ class Command(BaseCommand):
     # --- check, status -----------------------------------------------------------------------
 
     def _check(self, options: dict[str, Any]) -> None:
-        plans = [server_launch_plan(server=server) for server in self._servers(options)]
+        plans = health_plans(self._servers(options))
         results = anyio.run(lambda: check_plans(plans, concurrency=20))
+        results = health_check_refused_again(plans, results)
         health_record(results=results)
         names = {plan.server_id: plan.slug for plan in plans}
         for result in sorted(results, key=lambda r: names[r.server_id]):
@@ -288,14 +342,108 @@ class Command(BaseCommand):
     def _restart(self, options: dict[str, Any]) -> None:
         self._runtime(options["slug"], "restart")
 
+    # --- linking an upstream account ---------------------------------------------------------
+
+    def _link(self, options: dict[str, Any]) -> None:
+        server = self._server(options["slug"])
+        if server.upstream_auth != UpstreamAuth.PERSON_OAUTH:
+            raise CommandError(
+                f"{server.slug} does not sign each person in (its upstream authentication is "
+                f"{server.get_upstream_auth_display()!r})."
+            )
+        person = None
+        if options["user"]:
+            person = get_user_model().objects.filter(username=options["user"]).first()
+            if person is None:
+                raise CommandError(f"No user named {options['user']!r}.")
+        staff = person is None or person.is_staff
+        discovery = staff and not options["no_discovery"]
+        url = settings.TOOLROOM_PUBLIC_URL.rstrip("/") + reverse(
+            "portal:upstream-link", args=[server.slug]
+        )
+        if discovery:
+            url += "?discovery=1"
+        who = person.get_username() if person is not None else "the admin"
+        self.stdout.write(
+            f"Open this URL signed in to Toolroom as {who}, then press the button and sign in "
+            f"at {server.name}:"
+        )
+        self.stdout.write(url)
+        if discovery:
+            self.stdout.write(
+                f"The account linked there discovers {server.slug}'s tools and checks its health "
+                f"(run `manage.py mcp discover {server.slug}` once it is linked)."
+            )
+
     # --- approvals ----------------------------------------------------------------------------
 
     def _approve(self, options: dict[str, Any]) -> None:
-        server = self._server(options["slug"])
-        if server.review_status in (ReviewStatus.DRAFT, ReviewStatus.REJECTED):
-            server = services.server_submit_for_review(actor=_actor(), server=server)
-        server = services.server_approve(actor=_actor(), server=server, note=options["note"])
+        server = services.server_submit_and_approve(
+            actor=_actor(), server=self._server(options["slug"]), note=options["note"]
+        )
         self.stdout.write(self.style.SUCCESS(f"{server.slug} is approved."))
+
+    def _suspend(self, options: dict[str, Any]) -> None:
+        server = services.server_suspend(
+            actor=_actor(), server=self._server(options["slug"]), reason=options["reason"]
+        )
+        self.stdout.write(self.style.SUCCESS(f"{server.slug} is suspended."))
+
+    def _resume(self, options: dict[str, Any]) -> None:
+        server = services.server_resume(
+            actor=_actor(), server=self._server(options["slug"]), note=options["note"]
+        )
+        self.stdout.write(self.style.SUCCESS(f"{server.slug} is approved again."))
+
+    def _revoke_tools(self, options: dict[str, Any]) -> None:
+        server = self._server(options["slug"])
+        if not options["tool"] and not options["all"]:
+            raise CommandError("Name tools with --tool NAME, or revoke every tool with --all.")
+        tools = Tool.objects.filter(server=server).order_by("name")
+        if options["tool"]:
+            unknown = set(options["tool"]) - set(tools.values_list("name", flat=True))
+            if unknown:
+                raise CommandError(f"{server.slug} has no tool named {', '.join(sorted(unknown))}.")
+            tools = tools.filter(name__in=options["tool"])
+        revoked = 0
+        with transaction.atomic():  # all the named tools, or none
+            for tool in tools:
+                if tool.approval_state != ApprovalState.APPROVED:
+                    if options["tool"]:
+                        self.stdout.write(f"{tool.name}: not approved, nothing to revoke")
+                    continue
+                services.tool_revoke(actor=_actor(), tool=tool, reason=options["reason"])
+                revoked += 1
+                self.stdout.write(f"{tool.name}: revoked")
+        self.stdout.write(f"{revoked} tool(s) revoked.")
+
+    def _review_items(self, options: dict[str, Any]) -> None:
+        """Approve (at current hashes), hide or show again a server's resources and prompts."""
+        server = self._server(options["slug"])
+        named = {"resource": options["resource"], "prompt": options["prompt"]}
+        if not options["all"] and not any(named.values()):
+            raise CommandError("Name items with --resource URI or --prompt NAME, or use --all.")
+        items: list[Any] = []
+        for kind, model in services.ITEM_MODELS.items():
+            key = "uri" if kind == "resource" else "name"
+            rows = list(model.objects.filter(server=server).select_related("server"))
+            if not options["all"]:
+                found = {getattr(row, key) for row in rows}
+                unknown = set(named[kind]) - found
+                if unknown:
+                    raise CommandError(
+                        f"{server.slug} offers no {kind} {', '.join(sorted(unknown))}."
+                    )
+                rows = [row for row in rows if getattr(row, key) in named[kind]]
+            items.extend(rows)
+        result = services.items_review_bulk(
+            actor=_actor(), items=items, action=options["decision"], note=options["note"]
+        )
+        for item in result.done:
+            self.stdout.write(f"{services.item_kind(item)} {item}: {options['decision']} done")
+        for item, why in result.skipped:
+            self.stdout.write(f"{services.item_kind(item)} {item}: skipped, {why}")
+        self.stdout.write(f"{len(result.done)} item(s) done, {len(result.skipped)} skipped.")
 
     def _approve_tools(self, options: dict[str, Any]) -> None:
         server = self._server(options["slug"])

@@ -1,14 +1,6 @@
 """`manage.py sandbox`: build the sandbox's images, remove orphans, show what runs on the engine.
 
-python manage.py sandbox build-base [--force] [--node]
-python manage.py sandbox build-proxy [--force]
-python manage.py sandbox build-package pypi mcp-server-time==2026.10.19
-python manage.py sandbox build-package npm @modelcontextprotocol/server-memory@2026.8.31
-python manage.py sandbox janitor [--owner NAME | --all]
-python manage.py sandbox status
-python manage.py sandbox prune [--keep N] [--min-age-hours H] [--dry-run]
-python manage.py sandbox prepare   (build the base images the registered servers need, in the
-                                    background of `make run`; progress on the Fleet status page)
+More: docs/sandbox.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -28,14 +20,11 @@ from workers.adapters.sandbox import (
     build_package_image,
     build_proxy_image,
     connect_engine,
-    remove_orphans,
-    remove_surplus_egress_networks,
     sandbox_status,
 )
-from workers.adapters.sandbox.spec import default_owner
 from workers.sandbox_preparation import prepare_sandbox
 from workers.sandbox_pruning import describe_bytes, sandbox_images_prune
-from workers.sandboxing import clean_up_stale_egress
+from workers.sandboxing import sandbox_installation, sandbox_janitor, sandbox_owner
 
 
 def split_package(registry: str, text: str) -> tuple[str, str]:
@@ -67,8 +56,14 @@ class Command(BaseCommand):
         package.add_argument("--force", action="store_true")
         janitor = actions.add_parser("janitor", help="Remove what dead workers left behind.")
         owner = janitor.add_mutually_exclusive_group()
-        owner.add_argument("--owner", default=default_owner(), help="Owner label (this host).")
-        owner.add_argument("--all", action="store_true", help="Every owner's orphans.")
+        owner.add_argument(
+            "--owner",
+            default=None,
+            help="Owner label (default: this worker's, TOOLROOM_SANDBOX_OWNER or the host name).",
+        )
+        owner.add_argument(
+            "--all", action="store_true", help="Every owner's orphans (of this installation)."
+        )
         actions.add_parser("status", help="Engine, images, containers and networks.")
         prune = actions.add_parser(
             "prune", help="Remove the server images no server uses (never the base images)."
@@ -107,11 +102,8 @@ class Command(BaseCommand):
                 commands = ", ".join(ref.commands) or "-"
                 self.stdout.write(f"{ref.reference} {ref.digest} (commands: {commands})")
             elif action == "janitor":
-                removed = (
-                    remove_orphans(owner_label_value=None if options["all"] else options["owner"])
-                    + remove_surplus_egress_networks()
-                    + clean_up_stale_egress()
-                )
+                owner = None if options["all"] else options["owner"] or sandbox_owner()
+                removed = sandbox_janitor(owner=owner)
                 for line in removed:
                     self.stdout.write(f"removed {line}")
                 self.stdout.write(f"{len(removed)} orphaned resource(s) removed.")
@@ -149,7 +141,7 @@ class Command(BaseCommand):
     def _status(self) -> None:
         engine = connect_engine()
         try:
-            status = sandbox_status(engine=engine)
+            status = sandbox_status(installation=sandbox_installation(), engine=engine)
         finally:
             engine.close()
         self.stdout.write(f"engine: {status.engine}")

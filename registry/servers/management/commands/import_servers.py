@@ -35,7 +35,8 @@ class Command(BaseCommand):
     help = (
         "Import MCP servers from an mcp.json (Claude Desktop, Claude Code, VS Code, Cursor), an "
         "official registry server.json, or a Toolroom YAML file. New servers start as drafts; "
-        "servers that exist (same slug) are updated. A file with any bad entry writes nothing."
+        "servers that exist (same slug) are updated only with --update. A file with any bad "
+        "entry writes nothing."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -60,6 +61,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--dry-run", action="store_true", help="Show what would change and write nothing."
         )
+        parser.add_argument(
+            "--update",
+            action="store_true",
+            help="Let entries named like existing servers update them (the plan lists them).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         path: str = options["path"]
@@ -77,6 +83,12 @@ class Command(BaseCommand):
             if import_options.dry_run:
                 self.stdout.write("Dry run: nothing was written.")
                 return
+            if plan.updated_slugs and not options["update"]:
+                names = ", ".join(f"'{slug}'" for slug in plan.updated_slugs)
+                raise CommandError(
+                    f"Nothing was imported: the file would update existing server(s) {names}. "
+                    "Run the command again with --update to update them."
+                )
             result = import_apply(plan=plan, actor=cli_actor())
         except ImportFileError as exc:
             self.stderr.write("\n".join(problem_lines(exc)))

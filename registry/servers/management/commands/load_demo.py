@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +23,19 @@ from registry.servers.importing import (
     import_plan,
 )
 from registry.servers.importing.report import problem_lines
-from registry.servers.models import ApprovalState, McpServer, PermissionClass, ReviewStatus, Tool
+from registry.servers.models import (
+    ApprovalState,
+    ItemReview,
+    McpServer,
+    PermissionClass,
+    ReviewStatus,
+    Tool,
+)
+from registry.servers.services.storage import storage_seed_set
 
 DEMO_FILE = Path(__file__).resolve().parents[2] / "demo" / "servers.yaml"
+# The files the Filesystem demo server's volumes start with (storage at /data).
+FILESYSTEM_SEED = DEMO_FILE.parent / "filesystem_seed"
 ACTOR = "system:demo"
 # The demo's review states: what an admin would have decided for these servers.
 APPROVED = ("time", "git")
@@ -50,7 +62,8 @@ class Command(BaseCommand):
             "--approve-read-tools",
             action="store_true",
             help="Only approve, as the demo's reviewer, the discovered read-only tools of the "
-            "approved demo servers that the scanner did not flag (make run does this after "
+            "approved demo servers that the scanner did not flag, and their resources and prompts "
+            "(make run does this after "
             "discovering them), so the demo agent's catalogue is not empty.",
         )
 
@@ -83,6 +96,7 @@ class Command(BaseCommand):
                     )
                 result = import_apply(plan=plan, actor=ACTOR)
                 reviewed = _review(result)
+                _seed_filesystem(result)
         except ImportFileError as exc:
             self.stderr.write("\n".join(problem_lines(exc)))
             raise CommandError("The demo data was not loaded.") from exc
@@ -94,8 +108,27 @@ class Command(BaseCommand):
             self.stdout.write(f"Approved as the demo's reviewer: {', '.join(reviewed)}.")
 
 
+def _seed_filesystem(result: ImportResult) -> None:
+    """Pre-fill the Filesystem demo server's volumes with the demo files (once)."""
+    server = McpServer.objects.filter(slug="filesystem").first()
+    if server is None or "filesystem" not in result.created or server.storage_seeds.exists():
+        return
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        for path in sorted(FILESYSTEM_SEED.rglob("*.txt")):
+            tar.add(path, arcname=str(path.relative_to(FILESYSTEM_SEED)))
+    storage_seed_set(
+        actor=ACTOR,
+        server=server,
+        path="/data",
+        filename="filesystem-demo-files.tar",
+        content=archive.getvalue(),
+    )
+
+
 def _approve_read_tools() -> list[str]:
-    """Read-only tools without findings of the approved demo servers, at their current hash."""
+    """Read-only tools without findings of the approved demo servers, and their resources and
+    prompts, at their current hashes."""
     tools = Tool.objects.filter(
         server__slug__in=APPROVED,
         server__review_status=ReviewStatus.APPROVED,
@@ -109,6 +142,18 @@ def _approve_read_tools() -> list[str]:
             continue  # approved already, or an admin's decision (revoked, changed) stands
         services.tool_approve(actor=ACTOR, tool=tool, note="Demo data: a read-only tool.")
         approved.append(str(tool))
+    # Their resources and prompts (read-class) too, those never reviewed: a hidden one, or one
+    # changed since its approval, is an admin's decision to make.
+    for model in services.ITEM_MODELS.values():
+        items = model.objects.filter(
+            server__slug__in=APPROVED,
+            server__review_status=ReviewStatus.APPROVED,
+            review_state=ItemReview.PENDING,
+            approved_definition_hash="",
+        ).select_related("server")
+        for item in items:
+            services.item_approve(actor=ACTOR, item=item, note="Demo data: read-only content.")
+            approved.append(f"{item.server.slug}/{item}")
     return approved
 
 

@@ -7,7 +7,7 @@ import functools
 import re
 import sys
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 from registry.servers.vetting.scanner.findings import _SEVERITY_RANK, Severity, _Collector, _Hit
@@ -133,62 +133,64 @@ def _is_flag_tag_sequence(text: str, start: int, end: int) -> bool:
     )
 
 
+def hidden_runs(text: str) -> Iterator[tuple[int, int, str]]:
+    """The hidden characters of `text` as (start, end, class) runs, in order: a run of tag
+    characters or of stacked variation selectors is one, any other hidden character one each.
+    What is ordinary in its context (a byte-order mark at the start, a joiner inside an emoji or
+    a word, one variation selector, a subdivision flag's tags) is not included. The scanner
+    reports these; the pages that show descriptions mark them (`templatetags/hidden_text.py`)."""
+    if text.isascii() and not _ASCII_HIDDEN.search(text):
+        return
+    pattern = _hidden_re()
+    position = 0
+    while match := pattern.search(text, position):
+        index = match.start()
+        ch = text[index]
+        if 0xE0000 <= ord(ch) <= 0xE007F:
+            run = _TAG_RUN.match(text, index)
+            position = run.end() if run else index + 1
+            if not _is_flag_tag_sequence(text, index, position):
+                yield index, position, "tag"
+        elif 0xFE00 <= ord(ch) <= 0xFE0F:
+            run = _SELECTOR_RUN.match(text, index)
+            position = run.end() if run else index + 1
+            if position - index >= 2:  # one selector after an emoji or CJK character is ordinary
+                yield index, position, "variation_selector"
+        else:
+            position = index + 1
+            found = _hidden_class(text, index)
+            if found is not None:
+                yield index, position, found
+
+
+def tag_text(run: str) -> str:
+    """The ASCII that a run of tag characters spells (what a model reads and a person does not)."""
+    return "".join(chr(ord(tag) - 0xE0000) for tag in run if 0x20 <= ord(tag) - 0xE0000 <= 0x7E)
+
+
 def _scan_hidden(
     collector: _Collector, text: str, location: str, *, severity: Severity | None = None
 ) -> str:
     """Adds hidden-character hits for `text`; returns the ASCII spelled by tag characters."""
-    if text.isascii() and not _ASCII_HIDDEN.search(text):
-        return ""
-    pattern = _hidden_re()
     counts: dict[str, int] = {}
     chars: dict[str, list[str]] = {}
     first: dict[str, int] = {}
     decoded: list[str] = []
     examined = 0
-    position = 0
-    while match := pattern.search(text, position):
-        index = match.start()
+    for index, end, cls in hidden_runs(text):
         if examined >= HIDDEN_CHARS_DETAILED:
             # Past the cap only the count matters; findall runs in C.
-            rest = len(pattern.findall(text, index))
+            rest = len(_hidden_re().findall(text, index))
             counts["other"] = counts.get("other", 0) + rest
             first.setdefault("other", index)
             break
-        ch = text[index]
-        if 0xE0000 <= ord(ch) <= 0xE007F:
-            run = _TAG_RUN.match(text, index)
-            end = run.end() if run else index + 1
-            position = end
-            examined += end - index
-            if _is_flag_tag_sequence(text, index, end):
-                continue
-            cls, length = "tag", end - index
-            decoded.append(
-                "".join(
-                    chr(ord(tag) - 0xE0000)
-                    for tag in text[index:end]
-                    if 0x20 <= ord(tag) - 0xE0000 <= 0x7E
-                )
-            )
-        elif 0xFE00 <= ord(ch) <= 0xFE0F:
-            run = _SELECTOR_RUN.match(text, index)
-            end = run.end() if run else index + 1
-            position = end
-            examined += end - index
-            if end - index < 2:
-                continue  # one selector after an emoji or CJK character is ordinary text
-            cls, length = "variation_selector", end - index
-        else:
-            position = index + 1
-            examined += 1
-            found = _hidden_class(text, index)
-            if found is None:
-                continue
-            cls, length = found, 1
-        counts[cls] = counts.get(cls, 0) + length
+        examined += end - index
+        if cls == "tag":
+            decoded.append(tag_text(text[index:end]))
+        counts[cls] = counts.get(cls, 0) + end - index
         chars.setdefault(cls, [])
         if len(chars[cls]) < 8:
-            chars[cls].append(ch)
+            chars[cls].append(text[index])
         first.setdefault(cls, index)
     hidden_text = " ".join(part for part in decoded if part)
     for cls in sorted(counts, key=lambda c: _SEVERITY_RANK[_HIDDEN_CLASSES[c][2]]):

@@ -1,15 +1,6 @@
 """Images the sandbox runs: a local Debian base, package images built offline, the egress proxy.
 
-No registry is needed. The base image is a Debian root filesystem made with debootstrap from the
-mirror in apt's own sources and imported into the engine. Package images install a pinned PyPI or
-npm package from files fetched on the worker host (wheels, npm tarballs), with no network inside the
-build. Each image's tag is a hash of everything that went into it (the recipe, the base image's ID,
-the package and version, the files), so the same inputs reuse the image and a changed input, or a
-rebuilt base, makes a new one. The engine's image ID is the digest recorded for a server.
-
-Modules: `build` (what every build shares), `base` (the Debian and Node bases), `pypi` and `npm`
-(server images of packages), `packages` (one pinned package from either), `proxy` (the egress
-proxy's image).
+More: docs/sandbox.md, "Module notes".
 """
 
 from workers.adapters.sandbox.images.base import (
@@ -19,6 +10,7 @@ from workers.adapters.sandbox.images.base import (
     NODE_VERSION,
     apt_mirror,
     build_base_image,
+    trim_rootfs,
 )
 from workers.adapters.sandbox.images.build import (
     LABEL_COMMANDS,
@@ -35,7 +27,12 @@ from workers.adapters.sandbox.images.proxy import (
     build_proxy_image,
     proxy_image_reference,
 )
-from workers.adapters.sandbox.images.pypi import BASE_PYTHON, build_python_image
+from workers.adapters.sandbox.images.pypi import (
+    BASE_PYTHON,
+    build_python_image,
+    fetch_wheels,
+    image_python_version,
+)
 
 __all__ = [
     "BASE_IMAGE",
@@ -56,6 +53,9 @@ __all__ = [
     "build_package_image",
     "build_proxy_image",
     "build_python_image",
+    "fetch_wheels",
     "image_digest",
+    "image_python_version",
     "proxy_image_reference",
+    "trim_rootfs",
 ]

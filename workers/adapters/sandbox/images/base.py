@@ -78,7 +78,9 @@ def apt_mirror(suite: str = DEBIAN_SUITE) -> str:
     )
 
 
-def _trim_rootfs(rootfs: Path) -> None:
+def trim_rootfs(rootfs: Path) -> None:
+    """Drop what an image never needs at run time (package caches, docs, translations, logs)
+    and every setuid and setgid bit from a root filesystem made by debootstrap."""
     for relative in _TRIM:
         folder = rootfs / relative
         if folder.is_dir():
@@ -144,7 +146,7 @@ def build_base_image(
         )
         if node:
             _install_node(rootfs, scratch, say=say)
-        _trim_rootfs(rootfs)
+        trim_rootfs(rootfs)
         archive = scratch / "rootfs.tar"
         _run(
             ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(archive), "."],

@@ -8,7 +8,9 @@ import json
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from workers.adapters.sandbox.engine import Engine, connect_engine
 from workers.adapters.sandbox.errors import ImageBuildError
@@ -33,14 +35,24 @@ _NPM_NAME = re.compile(r"^(?:@[a-z0-9][a-z0-9._~-]{0,100}/)?[a-z0-9][a-z0-9._~-]
 
 
 def _build_npm_image(
-    identifier: str, version: str, *, base: str, engine: Engine | None, force: bool, say: Say
+    identifier: str,
+    version: str,
+    *,
+    base: str,
+    engine: Engine | None,
+    force: bool,
+    say: Say,
+    lock: Mapping[str, Any] | None = None,
 ) -> ImageRef:
+    """With `lock` (a recorded package-lock.json), `npm ci` installs exactly the locked tree,
+    every tarball checked against its integrity hash; the tag is made from the lock's digest."""
     engine = engine or connect_engine()
     inputs = {
         "recipe": RECIPE_VERSION,
         "kind": "npm",
         "base": _base_id(engine, base),
         "package": f"{identifier}@{version}",
+        **({"lock": str(lock["digest"])} if lock else {}),
     }
     reference = f"toolroom/npm-{_sanitise(identifier)}:{_inputs_hash(inputs)}"
     if not force and (image := _existing(engine, reference)) is not None:
@@ -54,20 +66,43 @@ def _build_npm_image(
         stage = Path(scratch) / "stage"
         packed.mkdir()
         stage.mkdir()
-        say(f"fetching {identifier}@{version} and its dependencies on the host")
-        _run(
-            [npm, "pack", "--silent", "--pack-destination", str(packed), f"{identifier}@{version}"],
-            step="npm pack",
-        )
-        tarball = next(packed.glob("*.tgz"))
-        # Scripts never run on the host: an install script is the package's code, not ours.
-        _run(
-            [
-                npm, "install", "--prefix", str(stage), "--omit=dev", "--ignore-scripts",
-                "--no-audit", "--no-fund", "--no-save", "--silent", str(tarball),
-            ],
-            step="npm install",
-        )  # fmt: skip
+        if lock:
+            say(f"fetching the locked tree of {identifier}@{version} (integrity checked)")
+            project = {
+                "name": "toolroom-server",
+                "version": "0.0.0",
+                "private": True,
+                "dependencies": {identifier: version},
+            }
+            (stage / "package.json").write_text(json.dumps(project))
+            (stage / "package-lock.json").write_text(str(lock["lockfile"]))
+            # Scripts never run on the host: an install script is the package's code, not ours.
+            _run(
+                [
+                    npm, "ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund",
+                    "--silent",
+                ],
+                step="npm ci (the locked tree)",
+                cwd=str(stage),
+            )  # fmt: skip
+        else:
+            say(f"fetching {identifier}@{version} and its dependencies on the host")
+            _run(
+                [
+                    npm, "pack", "--silent", "--pack-destination", str(packed),
+                    f"{identifier}@{version}",
+                ],
+                step="npm pack",
+            )  # fmt: skip
+            tarball = next(packed.glob("*.tgz"))
+            # Scripts never run on the host: an install script is the package's code, not ours.
+            _run(
+                [
+                    npm, "install", "--prefix", str(stage), "--omit=dev", "--ignore-scripts",
+                    "--no-audit", "--no-fund", "--no-save", "--silent", str(tarball),
+                ],
+                step="npm install",
+            )  # fmt: skip
         manifest = stage / "node_modules" / identifier / "package.json"
         bins = json.loads(manifest.read_text()).get("bin", {}) if manifest.exists() else {}
         commands = (

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from workers.adapters.sandbox.engine import Engine
 from workers.adapters.sandbox.errors import ImageBuildError
@@ -26,14 +27,25 @@ def build_package_image(
     base: str | None = None,
     engine: Engine | None = None,
     host_python: str = sys.executable,
+    lock: Mapping[str, Any] | None = None,
     force: bool = False,
     say: Say = _quiet,
 ) -> ImageRef:
     """An image running the pinned package `identifier==version` from PyPI or npm.
 
     Files are fetched on this host; the build has no network. The same package, version and base
-    reuse the image; a rebuilt base or another version builds a new one.
+    reuse the image; a rebuilt base or another version builds a new one. With `lock` (the
+    server's recorded dependency lock) exactly the locked set is installed, hashes checked.
     """
+    if lock and (lock.get("registry"), lock.get("identifier"), lock.get("version")) != (
+        registry,
+        identifier,
+        version,
+    ):
+        raise ImageBuildError(
+            f"The dependency lock is for {lock.get('identifier')} {lock.get('version')}, not "
+            f"{identifier} {version}."
+        )
     if not _VERSION.match(version):
         raise ImageBuildError(f"Version {version!r} must be one pinned version (e.g. 1.2.3).")
     if registry == "pypi":
@@ -46,6 +58,7 @@ def build_package_image(
             engine=engine,
             host_python=host_python,
             console_scripts_of=identifier,
+            lock=lock,
             force=force,
             say=say,
         )
@@ -53,6 +66,12 @@ def build_package_image(
         if not _NPM_NAME.match(identifier):
             raise ImageBuildError(f"{identifier!r} is not an npm package name.")
         return _build_npm_image(
-            identifier, version, base=base or NODE_BASE_IMAGE, engine=engine, force=force, say=say
+            identifier,
+            version,
+            base=base or NODE_BASE_IMAGE,
+            engine=engine,
+            force=force,
+            say=say,
+            lock=lock,
         )
     raise ImageBuildError(f"Package registry {registry!r} is not pypi or npm.")

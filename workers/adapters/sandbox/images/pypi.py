@@ -12,6 +12,7 @@ import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import docker.errors
 
@@ -73,7 +74,7 @@ _MANYLINUX_PLATFORMS = (
 _python_versions: dict[str, str] = {}
 
 
-def _image_python_version(engine: Engine, image: str) -> str:
+def image_python_version(engine: Engine, image: str) -> str:
     """The exact Python version in `image` (e.g. 3.11.2), asked once per image id."""
     image_id = image_digest(engine, image) or image
     if image_id not in _python_versions:
@@ -91,7 +92,7 @@ def _image_python_version(engine: Engine, image: str) -> str:
     return _python_versions[image_id]
 
 
-def _fetch_wheels(
+def fetch_wheels(
     requirements: Sequence[str],
     into: Path,
     *,
@@ -146,6 +147,47 @@ def _fetch_wheels(
     )  # fmt: skip
 
 
+def _fetch_locked_wheels(
+    lockfile: str, into: Path, *, host_python: str, say: Say, target_python: str
+) -> None:
+    """Exactly the locked set: every file checked against the lock's hashes (pip's
+    --require-hashes), nothing resolved again (--no-deps); plus pip itself to install them."""
+    python = _host_python(host_python)
+    requirements = into.parent / "requirements.lock"
+    requirements.write_text(lockfile)
+    say("fetching the locked dependency set on the host (hashes checked)")
+    platforms = [arg for tag in _MANYLINUX_PLATFORMS for arg in ("--platform", tag)]
+    try:
+        _run(
+            [
+                python, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                "--no-deps", "--require-hashes", "--only-binary=:all:",
+                "--python-version", target_python, "--implementation", "cp", *platforms,
+                "--dest", str(into), "-r", str(requirements),
+            ],
+            step="pip download (the locked set, hashes checked)",
+        )  # fmt: skip
+    except ImageBuildError:
+        say("a locked package has no wheel for the image's Python; building wheels on the host")
+        _run(
+            [
+                python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                "--no-deps", "--require-hashes", "--wheel-dir", str(into), "-r", str(requirements),
+            ],
+            step="pip wheel (the locked set, hashes checked)",
+        )  # fmt: skip
+    pip_version = _run(
+        [python, "-c", "import pip; print(pip.__version__)"], step="pip's version"
+    ).strip()
+    _run(
+        [
+            python, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+            "--no-deps", "--only-binary=:all:", "--dest", str(into / "_pip"), f"pip=={pip_version}",
+        ],
+        step="pip download pip",
+    )  # fmt: skip
+
+
 def _console_scripts(wheels: Path, distribution: str) -> tuple[str, ...]:
     """The console scripts that `distribution`'s wheel declares."""
     wanted = re.sub(r"[-_.]+", "_", distribution).lower()
@@ -182,10 +224,15 @@ def build_python_image(
     engine: Engine | None = None,
     host_python: str = sys.executable,
     console_scripts_of: str = "",
+    lock: Mapping[str, Any] | None = None,
     force: bool = False,
     say: Say = _quiet,
 ) -> ImageRef:
     """An image with `requirements` installed offline into a venv at /opt/server (on PATH).
+
+    With `lock` (a recorded dependency lock: its `lockfile`, `packages` and `digest`), exactly
+    the locked packages are installed, their files checked against the lock's hashes, nothing
+    resolved again; the tag is made from the lock's digest, so the same lock builds the same set.
 
     `files` (path in the image -> content) are added read-only and byte-compiled when they are
     Python; `root_commands` (argv lists) run as root at the end of the build. The tag is
@@ -199,6 +246,7 @@ def build_python_image(
         "kind": "python",
         "base": base_id,
         "requirements": list(requirements),
+        **({"lock": str(lock["digest"])} if lock else {}),
         "files": {path: hashlib.sha256(data).hexdigest() for path, data in files.items()},
         "root_commands": [list(argv) for argv in root_commands],
         "command": list(command),
@@ -211,13 +259,27 @@ def build_python_image(
     with tempfile.TemporaryDirectory(prefix="toolroom-wheels-") as scratch:
         wheels = Path(scratch) / "wheels"
         wheels.mkdir()
-        _fetch_wheels(
-            requirements,
-            wheels,
-            host_python=host_python,
-            say=say,
-            target_python=_image_python_version(engine, base_id),
-        )
+        if lock:
+            _fetch_locked_wheels(
+                str(lock["lockfile"]),
+                wheels,
+                host_python=host_python,
+                say=say,
+                target_python=image_python_version(engine, base_id),
+            )
+            install = [
+                "--no-deps",
+                *(f"{p['name']}=={p['version']}" for p in lock["packages"]),
+            ]
+        else:
+            fetch_wheels(
+                requirements,
+                wheels,
+                host_python=host_python,
+                say=say,
+                target_python=image_python_version(engine, base_id),
+            )
+            install = list(requirements)
         pip_wheel = next((wheels / "_pip").glob("pip-*.whl")).name
         commands = _console_scripts(wheels, console_scripts_of) if console_scripts_of else ()
         context = _Context(folders={"wheels": wheels})
@@ -240,7 +302,7 @@ def build_python_image(
                     "--no-warn-script-location",
                     "--find-links",
                     "/build/wheels",
-                    *requirements,
+                    *install,
                 ]
             ),
             # The root filesystem is read-only at run time: byte-compile everything now.

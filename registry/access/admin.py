@@ -1,0 +1,92 @@
+"""The access rules' admin views on a team's page (contributed to the team admin, which imports
+nothing of the access rules): "Why not?", which explains the team's access to one tool, by name,
+for each of its roles, and "Private-data ratchet", which shows the team's marks and resets them
+(audited)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+
+from registry.access.explain import access_explain, tool_by_name, tool_names_to_pick
+from registry.access.private_data import RatchetUnavailable, private_data_marks, private_data_reset
+from registry.teams.admin import TeamAdmin
+
+
+def why_not_view(team_admin: TeamAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
+    """ "Why not?": the team's access to one tool, by name, for each of its roles."""
+    team = team_admin.get_object(request, object_id)
+    if team is None or not team_admin.has_view_permission(request, team):
+        raise PermissionDenied
+    name = request.GET.get("tool", "").strip()[:200]
+    tool = tool_by_name(name=name) if name else None
+    explanations = (
+        [access_explain(team=team, role=role, tool=tool) for role in team.roles.order_by("name")]
+        if tool is not None
+        else []
+    )
+    return TemplateResponse(
+        request,
+        "admin/access/team_explain.html",
+        {
+            **team_admin.admin_site.each_context(request),
+            "opts": team_admin.opts,
+            "title": f"Why not? Access of {team}",
+            "team": team,
+            "name": name,
+            "error": f"No tool is named '{name}'." if name and tool is None else "",
+            "explanations": explanations,
+            "tool_names": tool_names_to_pick(),
+        },
+    )
+
+
+TeamAdmin.contribute_view(
+    route="<path:object_id>/why-not/", name="teams_team_why_not", view=why_not_view
+)
+
+
+def ratchet_view(team_admin: TeamAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
+    """The team's private-data marks (GET) and their reset (POST, admins who may change the
+    team; audited)."""
+    team = team_admin.get_object(request, object_id)
+    if team is None or not team_admin.has_view_permission(request, team):
+        raise PermissionDenied
+    if request.method == "POST":
+        if not team_admin.has_change_permission(request, team):
+            raise PermissionDenied
+        try:
+            reset = private_data_reset(
+                actor=request.user, team=team, reason=request.POST.get("reason", "")
+            )
+        except RatchetUnavailable:
+            messages.error(request, "The shared cache refuses: nothing was reset.")
+        else:
+            messages.success(
+                request, f"Private-data ratchet reset: {len(reset.cleared)} mark(s) cleared."
+            )
+        return HttpResponseRedirect(request.path)
+    try:
+        marks, error = private_data_marks(team), ""
+    except RatchetUnavailable:
+        marks, error = {}, "The shared cache refuses: the marks cannot be read now."
+    return TemplateResponse(
+        request,
+        "admin/access/team_ratchet.html",
+        {
+            **team_admin.admin_site.each_context(request),
+            "opts": team_admin.opts,
+            "title": f"Private-data ratchet of {team}",
+            "team": team,
+            "marks": sorted(marks.items()),
+            "error": error,
+            "can_reset": team_admin.has_change_permission(request, team),
+        },
+    )
+
+
+TeamAdmin.contribute_view(
+    route="<path:object_id>/private-data-ratchet/", name="teams_team_ratchet", view=ratchet_view
+)

@@ -1,0 +1,1 @@
+"""The access app's commands: access_report (the auditors' export of what a team can use)."""

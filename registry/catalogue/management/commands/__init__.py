@@ -1,1 +1,0 @@
-"""The catalogue's commands: access_report (the auditors' export of what a team can use)."""

@@ -1,0 +1,1 @@
+"""Django's PostgreSQL backend with the database outage circuit (`base.py`)."""

@@ -1,0 +1,1 @@
+"""Template filters of the servers app (`{% load hidden_text %}`)."""

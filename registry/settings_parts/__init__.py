@@ -1,0 +1,1 @@
+"""Sections of registry/settings.py, which imports them (DJANGO_SETTINGS_MODULE is unchanged)."""

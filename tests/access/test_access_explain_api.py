@@ -1,0 +1,170 @@
+"""`GET /api/v1/catalogue/explain`: an agent learns why it can or cannot use a tool, for its own
+team and role only; nothing about other teams or servers it cannot browse leaks through it."""
+
+from __future__ import annotations
+
+import pytest
+
+from registry.access import private_data
+from registry.gateway import checks
+from registry.servers import services as server_services
+from registry.teams import services as team_services
+from registry.teams.tokens import token_authenticate
+from tests.catalogue_helpers import CONNECT, READ, WRITE, approved_server, tool_of
+from tests.factories import (
+    AgentTokenFactory,
+    GrantFactory,
+    McpServerFactory,
+    TeamFactory,
+    ToolFactory,
+)
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("redis_cache")]
+
+URL = "/api/v1/catalogue/explain"
+
+
+@pytest.fixture
+def world(committed):
+    """alpha holds 'files'; beta holds 'files' for its own reasons and a server in review."""
+    checks._tables.clear()
+    with committed():
+        alpha, beta = TeamFactory(slug="alpha"), TeamFactory(slug="beta")
+        files = approved_server("files", {"read_file": READ, "write_file": WRITE, "fetch": CONNECT})
+        GrantFactory(team=alpha, server=files)
+        team_services.grant_create(
+            actor="beta-admin-label",
+            team=beta,
+            server=files,
+            tool=tool_of(files, "write_file"),
+            note="beta-private-note",
+        )
+        hidden = McpServerFactory(slug="hidden")
+        ToolFactory(server=hidden, name="secret_tool")
+        server_services.server_submit_for_review(actor="test", server=hidden)
+        GrantFactory(team=beta, server=hidden)
+    return alpha, beta, files
+
+
+def ask(api_client, token, name, **headers):
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.plain}", **headers)
+    return api_client.get(URL, {"tool": name})
+
+
+def test_an_agent_learns_why_it_can_use_a_tool(world, api_client, committed):
+    alpha, _, _ = world
+    with committed():
+        token = AgentTokenFactory(team=alpha)
+
+    response = ask(api_client, token, "files__read_file")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["team"], body["role"], body["verdict"]) == ("alpha", "operations", "callable")
+    assert body["code"] == "allowed"
+    assert [rule["rule"] for rule in body["rules"]] == [
+        "grant",
+        "tool_offered",
+        "server_review",
+        "tool_approval",
+        "role_class",
+        "health",
+        "gateway_mode",
+        "circuit",
+        "private_data_ratchet",
+        "upstream_account",
+    ]
+    approval = body["rules"][3]["facts"]
+    assert approval["current_definition_matches"] is True
+    assert response["Cache-Control"] == "private, no-store"
+
+
+def test_an_agent_learns_why_not_for_its_own_role(world, api_client, committed):
+    alpha, _, _ = world
+    with committed():
+        token = AgentTokenFactory(team=alpha, role=alpha.roles.get(name="review"))
+
+    body = ask(api_client, token, "files__write_file").json()
+
+    assert body["verdict"] == "not available"
+    assert (body["first_failing_rule"], body["code"]) == ("role_class", "role_forbids")
+    assert body["role"] == "review"
+
+
+def test_the_ratchet_is_checked_for_the_asking_token(world, api_client, committed):
+    alpha, _, _ = world
+    with committed():
+        token, other = AgentTokenFactory(team=alpha), AgentTokenFactory(team=alpha)
+    private_data.private_data_mark(
+        caller=token_authenticate(token.plain), server_slug="vault", seconds=600
+    )
+
+    marked = ask(api_client, token, "files__fetch", HTTP_MCP_CONVERSATION_ID="c-7").json()
+    other_conversation = ask(api_client, token, "files__fetch", HTTP_MCP_CONVERSATION_ID="c-8")
+    other_token = ask(api_client, other, "files__fetch").json()
+
+    assert marked["code"] == "private_data_ratchet"
+    assert other_conversation.json()["code"] == "private_data_ratchet"  # any conversation
+    assert other_token["code"] == "allowed"
+
+
+def test_nothing_about_another_team_leaks(world, api_client, committed):
+    alpha, _, _ = world
+    with committed():
+        token = AgentTokenFactory(team=alpha)
+
+    shared = ask(api_client, token, "files__write_file")
+    team_param = api_client.get(URL, {"tool": "files__write_file", "team": "beta"})
+    hidden = ask(api_client, token, "hidden__secret_tool")
+    missing = ask(api_client, token, "nothing__here")
+
+    assert shared.status_code == 200
+    for leak in ("beta", "beta-private-note", "beta-admin-label"):
+        assert leak not in shared.content.decode()
+    assert team_param.json()["team"] == "alpha"  # no parameter names another team
+    # A server alpha cannot browse answers exactly like a name that does not exist.
+    assert (hidden.status_code, missing.status_code) == (404, 404)
+    assert hidden.json()["error"]["code"] == missing.json()["error"]["code"] == "not_found"
+    assert hidden.json()["error"]["message"].replace("hidden__secret_tool", "X") == (
+        missing.json()["error"]["message"].replace("nothing__here", "X")
+    )
+
+
+def test_a_granted_server_under_review_is_explained_to_its_team(world, api_client, committed):
+    _, beta, _ = world
+    with committed():
+        token = AgentTokenFactory(team=beta)
+
+    body = ask(api_client, token, "hidden__secret_tool").json()
+
+    assert (body["first_failing_rule"], body["code"]) == ("server_review", "server_unavailable")
+
+
+def test_bad_requests_get_the_one_error_format(world, api_client, committed, charlie):
+    alpha, _, _ = world
+    with committed():
+        token = AgentTokenFactory(team=alpha)
+
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.plain}")
+    no_tool = api_client.get(URL)
+    api_client.credentials(HTTP_AUTHORIZATION="Bearer trm_000000000000_nope")
+    bad_token = api_client.get(URL, {"tool": "files__read_file"})
+    api_client.credentials()
+    api_client.force_login(charlie)
+    person = api_client.get(URL, {"tool": "files__read_file"})
+
+    assert no_tool.status_code == 400
+    assert no_tool.json()["error"]["fields"] == {"tool": ["This field is required."]}
+    assert bad_token.status_code == 401
+    assert set(bad_token.json()["error"]) == {"code", "message", "fields"}
+    assert person.status_code in (401, 403)
+    assert set(person.json()) == {"error"}
+
+
+def test_the_endpoint_is_in_the_openapi_schema(client):
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+
+    operation = schema["paths"]["/api/v1/catalogue/explain"]["get"]
+    assert operation["operationId"] == "catalogue_explain"
+    assert {p["name"] for p in operation["parameters"]} == {"tool"}  # the ratchet: the token's
+    assert {"200", "400", "401", "404"} <= set(operation["responses"])
