@@ -9,7 +9,7 @@ import contextlib
 import itertools
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, get_args
 
 import anyio
@@ -30,6 +30,7 @@ from workers.runtime_endpoint import MAX_LINE_BYTES, encode
 
 START_POLL_SECONDS = 0.1
 DEMAND_SECONDS = 30.0
+NOTIFICATIONS_WAIT_SECONDS = 2.0
 
 _KINDS = frozenset(get_args(FailureKind))
 
@@ -49,6 +50,11 @@ class RuntimeLink:
         self.progress: dict[int, Progress] = {}  # where a call's progress reports go
         self.logs: dict[int, CallLog] = {}  # where a call's log messages go (if asked for)
         self.asking: set[asyncio.Task[None]] = set()
+        # The last notification (progress, log) of each call in flight: each one waits for the one
+        # before, and the call's answer waits for the last, so that the caller hears them in the
+        # order the server sent them and before the answer (on a 2026-07-28 request's own stream,
+        # anything after the answer is lost).
+        self.notified: dict[int, asyncio.Task[None]] = {}
         self.writer: asyncio.StreamWriter | None = None
         self.reader_task: asyncio.Task[None] | None = None
         self.lock = asyncio.Lock()
@@ -83,16 +89,12 @@ class RuntimeLink:
                 if "progress" in message:  # the server reports progress of the call
                     report = self.progress.get(message.get("id"))
                     if report is not None:
-                        task = asyncio.create_task(self._report(report, message["progress"]))
-                        self.asking.add(task)
-                        task.add_done_callback(self.asking.discard)
+                        self._notify(message["id"], self._report(report, message["progress"]))
                     continue
                 if "log" in message:  # a log message of the call, for a caller who asked
                     sink = self.logs.get(message.get("id"))
                     if sink is not None:
-                        task = asyncio.create_task(self._log(sink, message["log"]))
-                        self.asking.add(task)
-                        task.add_done_callback(self.asking.discard)
+                        self._notify(message["id"], self._log(sink, message["log"]))
                     continue
                 future = self.pending.pop(message.get("id"), None)
                 if future is not None and not future.done():
@@ -109,6 +111,29 @@ class RuntimeLink:
                 if not future.done():
                     future.set_exception(failure)
             self.pending.clear()
+
+    def _notify(self, request_id: int, delivery: Coroutine[Any, Any, None]) -> None:
+        """Deliver one notification of a call after the call's earlier ones."""
+        previous = self.notified.get(request_id)
+
+        async def in_order() -> None:
+            if previous is not None:
+                with contextlib.suppress(Exception):
+                    await previous
+            await delivery
+
+        task = asyncio.create_task(in_order())
+        self.notified[request_id] = task
+        self.asking.add(task)
+        task.add_done_callback(self.asking.discard)
+
+    async def _notifications_delivered(self, request_id: int) -> None:
+        """Wait (briefly: a caller's stalled stream must not hold the answer) until the call's
+        notifications so far have reached the caller."""
+        last = self.notified.pop(request_id, None)
+        if last is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(last), NOTIFICATIONS_WAIT_SECONDS)
 
     async def _answer(self, writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
         asker = self.askers.get(message.get("id"))  # type: ignore[arg-type]
@@ -173,11 +198,13 @@ class RuntimeLink:
             raise McpFailure("connect", f"the runtime worker at {self.address}: {exc}") from exc
         try:
             message = await future
+            await self._notifications_delivered(request_id)
         except asyncio.CancelledError:
             with contextlib.suppress(ConnectionError):
                 writer.write(encode({"cancel": request_id}))
             raise
         finally:
+            self.notified.pop(request_id, None)
             self.pending.pop(request_id, None)
             self.askers.pop(request_id, None)
             self.progress.pop(request_id, None)
