@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 
+from registry.access.rules import DEFINITION_CHANGED
 from registry.servers.jobs.drift import listed_hashes, tool_definitions_drift
 from registry.servers.jobs.launch import LaunchPlan
 from workers.adapters.mcp_client import McpConnection, McpFailure, ToolsWatch
@@ -28,6 +29,27 @@ Tools = list[dict[str, Any]]
 Check = Callable[[int, Tools, str], Awaitable[list[str]]]
 # How a session runs work on its connection (UpstreamSession.request, WarmRuntime.request).
 Request = Callable[[Callable[[McpConnection], Awaitable[Tools]]], Awaitable[Tools]]
+
+
+def definition_changed(listed: dict[str, str] | None, tool: str, expected: str) -> bool:
+    """Whether a session that listed `listed` (name -> definition hash; None: not listed) lists
+    `tool` with another definition than `expected`, the one the call was allowed for ("": the
+    caller did not say, nothing to compare)."""
+    return bool(expected) and listed is not None and listed.get(tool, expected) != expected
+
+
+class DefinitionChanged(Exception):
+    """A call refused before it was sent: its session lists the tool with another definition
+    than the approved one the call was allowed for (a rug pull seen on that session)."""
+
+    code = DEFINITION_CHANGED  # the catalogue's refusal code of a changed tool
+
+    def __init__(self, tool: str) -> None:
+        super().__init__(
+            f"the server now describes {tool} differently from the approved definition; its "
+            "approval ended until an admin approves the new one."
+        )
+        self.message = str(self)
 
 
 async def worker_definitions_checked(server_id: int, tools: Tools, seen_by: str) -> list[str]:

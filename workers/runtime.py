@@ -39,7 +39,7 @@ from workers.health import probe
 from workers.launch import session_mode, target_for
 from workers.listing import failed_outcome, list_everything
 from workers.orm import orm_in_thread
-from workers.runtime_endpoint import RuntimeEndpoint, call_log, call_progress
+from workers.runtime_endpoint import RuntimeEndpoint, call_work
 from workers.session_pool import UpstreamPool, until_abandoned
 
 logger = logging.getLogger(__name__)
@@ -89,6 +89,8 @@ class WarmRuntime:
         self.restarts = 0
         self.last_error = ""
         self.running_since: float | None = None  # monotonic, while a session is up
+        # What the current session listed on open or since (as UpstreamSession.listed).
+        self.listed: dict[str, str] | None = None
         self.task: asyncio.Task[None] | None = None
 
     @property
@@ -184,10 +186,12 @@ class WarmRuntime:
                 target,
                 deadlines=deadlines,
                 mode=session_mode(self.plan),
-                watch_tools=self.manager.definitions.listener(self.plan, self.request),
+                watch_tools=self.manager.definitions.listener(
+                    self.plan, self.request, self._listed
+                ),
             ) as connection:
                 # A rug pull is checked on every open and on the server's list_changed.
-                await self.manager.definitions.opened(self.server_id, connection)
+                self.listed = await self.manager.definitions.opened(self.server_id, connection)
                 self.ready.set()
                 self.running_since = time.monotonic()
                 await self._report(RuntimeState.RUNNING, stderr=connection.stderr_tail())
@@ -197,6 +201,9 @@ class WarmRuntime:
                 return await self._serve(connection)
         except McpFailure as failure:
             return failure
+
+    def _listed(self, hashes: dict[str, str]) -> None:
+        self.listed = hashes
 
     async def _serve(self, connection: McpConnection) -> McpFailure | None:
         death: list[McpFailure] = []
@@ -364,8 +371,6 @@ class RuntimeManager:
         runtime = self.runtimes.get(server_id)
         if runtime is None or runtime.finished.is_set():
             raise McpFailure("connect", "This runtime worker does not hold the server (any more).")
-        tool, arguments = str(request["tool"]), dict(request.get("arguments") or {})
-        meta = dict(request.get("meta") or {}) or None
         # A per-team or per-conversation session of a local server is a process of its own: it
         # starts at once, alongside the server's shared session (a cold call waits for one
         # start, not two in a row). A sandboxed server's waits for the shared session, which
@@ -379,37 +384,17 @@ class RuntimeManager:
                     "timeout", f"The server was not ready within {timeout:g} s."
                 ) from None
 
-        op, name = str(request.get("op") or "call_tool"), str(request.get("name") or "")
-        progress = call_progress.get()  # the server's reports go to the gateway
-        log = call_log.get()  # and its log messages, if the caller asked for them
-
-        async def work(connection: McpConnection) -> dict[str, Any]:
-            if op == "read_resource":
-                return await connection.read_resource(name, timeout=timeout)
-            if op == "get_prompt":
-                prompt_arguments = {
-                    str(k): str(v) for k, v in dict(request.get("op_arguments") or {}).items()
-                }
-                return await connection.get_prompt(name, prompt_arguments, timeout=timeout)
-            return await connection.call_tool(
-                tool,
-                arguments,
-                timeout=timeout,
-                meta=meta,
-                asker=ask,
-                progress=progress,
-                log=log,
-            )
-
+        # Each session lists its tools as it opens: a call of a tool it lists with another
+        # definition than the approved one is refused there, never sent (a rug pull).
         if scope == "shared":
-            return await runtime.request(work)
+            return await runtime.request(call_work(request, ask, lambda: runtime.listed))
         plan = runtime.plan
 
         async def load_plan() -> LaunchPlan:
             return plan
 
         session, _ = await self.scoped.session((server_id, scope), load_plan)
-        return await session.request(work)
+        return await session.request(call_work(request, ask, lambda: session.listed))
 
     async def _beat(self) -> None:
         while True:

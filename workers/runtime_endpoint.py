@@ -18,7 +18,8 @@ from typing import Any
 
 from mcp.shared.dispatcher import ProgressFnT
 
-from workers.adapters.mcp_client import Asker, AskRefused, CallLog, McpFailure
+from workers.adapters.mcp_client import Asker, AskRefused, CallLog, McpConnection, McpFailure
+from workers.definitions import DefinitionChanged, definition_changed
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,42 @@ call_log: contextvars.ContextVar[CallLog | None] = contextvars.ContextVar(
 
 def _forget(calls: dict[Any, Any], call_id: Any, _: object) -> None:
     calls.pop(call_id, None)
+
+
+def call_work(
+    request: dict[str, Any], ask: Asker, listed: Callable[[], dict[str, str] | None]
+) -> Callable[[McpConnection], Awaitable[dict[str, Any]]]:
+    """What a gateway's request asks of the session it runs on: a resource read, a prompt or a
+    tool call; the call is refused, never sent, when that session lists (`listed`: what it listed
+    on open or since) the tool with another definition than the one the call was allowed for."""
+    timeout = float(request.get("timeout") or 30.0)
+    op, name = str(request.get("op") or "call_tool"), str(request.get("name") or "")
+    tool, arguments = str(request.get("tool") or ""), dict(request.get("arguments") or {})
+    approved = str(request.get("definition_hash") or "")
+    progress = call_progress.get()  # the server's reports go to the gateway
+    log = call_log.get()  # and its log messages, if the caller asked for them
+
+    async def work(connection: McpConnection) -> dict[str, Any]:
+        if op == "read_resource":
+            return await connection.read_resource(name, timeout=timeout)
+        if op == "get_prompt":
+            prompt_arguments = {
+                str(k): str(v) for k, v in dict(request.get("op_arguments") or {}).items()
+            }
+            return await connection.get_prompt(name, prompt_arguments, timeout=timeout)
+        if definition_changed(listed(), tool, approved):
+            raise DefinitionChanged(tool)  # a rug pull seen as the session opened, or since
+        return await connection.call_tool(
+            tool,
+            arguments,
+            timeout=timeout,
+            meta=dict(request.get("meta") or {}) or None,
+            asker=ask,
+            progress=progress,
+            log=log,
+        )
+
+    return work
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -123,6 +160,13 @@ class RuntimeEndpoint:
                 call_log.set(CallLog(level, log))
             try:
                 result = await self.handle(request, ask)
+            except DefinitionChanged as refusal:  # refused by the worker, never sent
+                await answer(
+                    {
+                        "id": request.get("id"),
+                        "error": {"refusal": refusal.code, "message": refusal.message},
+                    }
+                )
             except McpFailure as failure:
                 await answer(
                     {

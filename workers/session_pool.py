@@ -25,7 +25,7 @@ from workers.adapters.mcp_client import (
     McpFailure,
 )
 from workers.adapters.negotiation import connect_negotiated
-from workers.definitions import DefinitionWatch
+from workers.definitions import DefinitionWatch, definition_changed
 from workers.launch import session_mode, target_for
 
 logger = logging.getLogger(__name__)
@@ -96,8 +96,7 @@ class UpstreamSession:
     def definition_changed(self, tool: str, expected: str) -> bool:
         """Whether this session's server lists `tool` with another definition than `expected`
         (the one the call was allowed for): a rug pull seen on this session."""
-        listed = self.listed
-        return listed is not None and listed.get(tool, expected) != expected
+        return definition_changed(self.listed, tool, expected)
 
     def _listed(self, hashes: dict[str, str]) -> None:
         self.listed = hashes

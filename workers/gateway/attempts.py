@@ -13,6 +13,7 @@ import mcp_types as types
 from registry.gateway import port
 from registry.gateway.port import CallTarget, UpstreamAccountUnusable
 from workers.adapters.mcp_client import McpConnection, McpFailure
+from workers.definitions import DefinitionChanged
 from workers.gateway.outcomes import NOT_REACHED, Operation, ToolroomUnavailable
 from workers.gateway.person_tokens import PersonTokens, current_upstream_use
 from workers.gateway.progress import current_caller_log, current_clock
@@ -126,11 +127,8 @@ class UpstreamAttempts:
             # The session's server lists another definition than the one approved (seen when
             # it opened, or since, told its tools changed): refused, whatever the catalogue
             # this call was checked against still said (workers/definitions.py).
-            raise ToolroomUnavailable(
-                port.DEFINITION_CHANGED,
-                f"the server now describes {target.tool_name} differently from the approved "
-                "definition; its approval ended until an admin approves the new one.",
-            )
+            refusal = DefinitionChanged(target.tool_name)
+            raise ToolroomUnavailable(refusal.code, refusal.message)
         clock = current_clock.get()
         remaining = clock.remaining() if clock else max(0.05, end - time.monotonic())
         asker = current_questions.get()

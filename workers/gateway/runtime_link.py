@@ -211,6 +211,10 @@ class RuntimeLink:
             self.logs.pop(request_id, None)
         if "error" in message:
             error = message["error"]
+            if error.get("refusal") == port.DEFINITION_CHANGED:
+                # The worker's session lists the tool with another definition than the one this
+                # call was allowed for: refused there, never sent (as a pooled session's).
+                raise ToolroomUnavailable(port.DEFINITION_CHANGED, str(error.get("message", "")))
             kind = error.get("kind")
             raise McpFailure(kind if kind in _KINDS else "protocol", str(error.get("message", "")))
         result: dict[str, Any] = message["result"]
@@ -300,6 +304,9 @@ class RuntimeRoute:
                     "arguments": dict(arguments),
                     "timeout": clock.remaining() if clock else max(0.05, end - time.monotonic()),
                     "meta": meta or {},
+                    # What the worker's session must list for the call to be sent (a rug pull
+                    # seen as it opens is refused, not sent: workers/definitions.py).
+                    "definition_hash": target.definition_hash if op.kind == "call_tool" else "",
                     "op": op.kind,
                     "name": op.name,
                     "op_arguments": op.arguments or {},
