@@ -3,8 +3,8 @@ server.json or Toolroom YAML entry (the CLI or the admin's import form), or the 
 form, whose server answers 401
 naming its resource metadata, or an mcp.json entry with an `oauth` object, imports as a
 per-person server, and the plan says why; the `oauth` object's `clientId` (and `clientSecret`,
-`scopes`) becomes the server's upstream OAuth client, the admin's, and linking uses it. Against the SDK server that is its own authorization
-server (tests/mcp_servers/oauth_upstream.py)."""
+`scopes`) becomes the server's upstream OAuth client, the admin's, and linking uses it. Against
+the SDK server that is its own authorization server (tests/mcp_servers/oauth_upstream.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from registry.servers.importing import ImportOptions, export_servers, import_app
 from registry.servers.importing.planning import ImportAction
 from registry.servers.importing.reading import FORMAT_MCP_JSON
 from registry.servers.importing.report import plan_lines
+from registry.servers.models import McpServer, Transport, UpstreamAuth
 from registry.upstream.models import Registration, UpstreamClient
 from registry.upstream.services import link_start
-from registry.servers.models import McpServer, Transport, UpstreamAuth
 from tests.factories import McpServerFactory, UserFactory
 from tests.mcp_servers.oauth_upstream import RunningUpstream
 from tests.servers.test_admin_servers import _form_data
