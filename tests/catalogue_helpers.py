@@ -11,9 +11,19 @@ from typing import Any
 from registry.api.fastbuild import catalogue_build_connections_release
 from registry.api.fastpath import CatalogueFastPath
 from registry.servers import services as server_services
-from registry.servers.models import McpServer, ServerStatus, Tool
+from registry.servers.models import McpServer, ServerStatus, Tool, UpstreamAuth
 from registry.servers.signals import announce_visibility_change, server_visibility_changed
-from tests.factories import CategoryFactory, McpServerFactory, ToolFactory, tool_definition
+from registry.teams import services as team_services
+from registry.teams.models import MembershipLevel
+from tests.factories import (
+    CategoryFactory,
+    GrantFactory,
+    McpServerFactory,
+    TeamFactory,
+    ToolFactory,
+    UserFactory,
+    tool_definition,
+)
 
 READ = {"readOnlyHint": True}
 WRITE: dict[str, Any] = {}
@@ -53,6 +63,25 @@ def approved_server(
         server_services.tool_approve(actor="test", tool=tool)
     server.refresh_from_db()
     return server
+
+
+def per_person_servers() -> dict[str, Any]:
+    """Team alpha, its owner carol, and its three granted servers, each with one tool `whoami`:
+    `keyed` (each person's secret), `tracker` (each person's OAuth) and `files` (shared)."""
+    alpha = TeamFactory(slug="alpha")
+    carol = UserFactory(username="carol")
+    team_services.team_member_set(actor="test", team=alpha, user=carol, level=MembershipLevel.OWNER)
+    servers = {}
+    for slug, mode in (
+        ("keyed", UpstreamAuth.PERSON_SECRET),
+        ("tracker", UpstreamAuth.PERSON_OAUTH),
+        ("files", UpstreamAuth.SHARED),
+    ):
+        servers[slug] = approved_server(slug, {"whoami": READ})
+        McpServer.objects.filter(pk=servers[slug].pk).update(upstream_auth=mode)
+        servers[slug].refresh_from_db()
+        GrantFactory(team=alpha, server=servers[slug])
+    return {"team": alpha, "carol": carol, **servers}
 
 
 def tool_of(server: McpServer, name: str) -> Tool:

@@ -13,7 +13,12 @@ from urllib.parse import parse_qsl
 
 from rest_framework import serializers
 
-from registry.catalogue.documents import CatalogueDocument, catalogue_document, tools_variant
+from registry.catalogue.documents import (
+    CatalogueDocument,
+    accounts_digest,
+    catalogue_document,
+    tools_variant,
+)
 from registry.catalogue.formats import TOOL_FORMATS
 from registry.catalogue.fragments import tools_document_body
 from registry.catalogue.search import (
@@ -79,6 +84,7 @@ class CatalogueQuery:
             query=self.search.text,
             limit=self.search.limit,
             terms=self.search.terms,
+            accounts=accounts_digest(identity),
         )
 
 
@@ -145,6 +151,7 @@ def catalogue_query_document(
                 category=query.category,
                 search=search,
                 version=state.version,
+                caller=identity,
             ),
         )
     with_preflight = query.fmt == "native" and bool(identity.declared_servers)

@@ -51,7 +51,7 @@ def accounts_digest(identity: Caller) -> str:
 def tools_variant(*, fmt: str, category: str | None, identity: Caller) -> str:
     """What, besides the version, tells one tools document from another."""
     declared = declarations_digest(identity) if fmt == "native" else ""
-    accounts = accounts_digest(identity) if fmt in ("native", "mcp") else ""
+    accounts = accounts_digest(identity)  # every format carries the account marks
     return f"tools|{fmt}|{category or ''}|{declared}|{accounts}"
 
 

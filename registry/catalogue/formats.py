@@ -48,6 +48,30 @@ def upstream_mark(mode: str, server_slug: str, caller: Caller | None) -> dict[st
     return {"mode": mode, "state": state, "url": account_page_url()}
 
 
+def upstream_mark_note(mark: dict[str, str] | None) -> str:
+    """The mark as the sentence a model reads at the end of a tool's description (the OpenAI and
+    Anthropic formats, whose tool definitions take no field of Toolroom's); '' without a mark."""
+    if mark is None:
+        return ""
+    secret = mark["mode"] == "person_secret"
+    url = mark["url"]
+    state = mark["state"]
+    if state == "linked":
+        return "Acts with your own account there (linked)."
+    if state == "broken":
+        if secret:
+            return f"Your token or API key there was refused: enter a new one at {url}."
+        return f"Your account there is broken: re-link it at {url}."
+    if state == "needs_person":
+        return (
+            "Needs a person's own account: an agent token cannot call it (call it from a "
+            "person's MCP client signed in to Toolroom)."
+        )
+    if secret:
+        return f"Needs your account: enter your token or API key at {url}, then call it."
+    return f"Needs your account: link it at {url}, then call it."
+
+
 def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat().replace("+00:00", "Z") if moment else None
 
@@ -59,8 +83,12 @@ def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return {**EMPTY_OBJECT_SCHEMA, **schema, "type": "object"}
 
 
-def _description(tool: CatalogueTool) -> str:
-    return tool.description or tool.title or tool.tool_name
+def _description(tool: CatalogueTool, caller: Caller | None = None) -> str:
+    """What a function-calling model reads of a tool: its description, and for a per-person tool
+    and a known caller the account mark's sentence on a line of its own."""
+    text = tool.description or tool.title or tool.tool_name
+    note = upstream_mark_note(upstream_mark(tool.upstream_auth, tool.server_slug, caller))
+    return f"{text}\n\n{note}" if note else text
 
 
 def gateway_url(public_url: str) -> str:
@@ -170,21 +198,24 @@ def tool_entry_mcp(tool: CatalogueTool, caller: Caller | None = None) -> dict[st
     return entry
 
 
-def tool_entry_openai(tool: CatalogueTool) -> dict[str, Any]:
+def tool_entry_openai(tool: CatalogueTool, caller: Caller | None = None) -> dict[str, Any]:
+    """A Chat Completions function tool (no field but the API's: a per-person tool's mark is a
+    line of its description)."""
     return {
         "type": "function",
         "function": {
             "name": tool.name,
-            "description": _description(tool),
+            "description": _description(tool, caller),
             "parameters": _object_schema(tool.input_schema),
         },
     }
 
 
-def tool_entry_anthropic(tool: CatalogueTool) -> dict[str, Any]:
+def tool_entry_anthropic(tool: CatalogueTool, caller: Caller | None = None) -> dict[str, Any]:
+    """A Messages API tool definition (its mark a line of the description, as OpenAI's)."""
     return {
         "name": tool.name,
-        "description": _description(tool),
+        "description": _description(tool, caller),
         "input_schema": _object_schema(tool.input_schema),
     }
 
@@ -194,14 +225,14 @@ def render_mcp(catalogue: Catalogue, caller: Caller | None = None) -> dict[str, 
     return {"tools": [tool_entry_mcp(tool, caller) for tool in catalogue.tools]}
 
 
-def render_openai(catalogue: Catalogue) -> dict[str, Any]:
+def render_openai(catalogue: Catalogue, caller: Caller | None = None) -> dict[str, Any]:
     """Chat Completions function tools: pass `tools` as the request's `tools`."""
-    return {"tools": [tool_entry_openai(tool) for tool in catalogue.tools]}
+    return {"tools": [tool_entry_openai(tool, caller) for tool in catalogue.tools]}
 
 
-def render_anthropic(catalogue: Catalogue) -> dict[str, Any]:
+def render_anthropic(catalogue: Catalogue, caller: Caller | None = None) -> dict[str, Any]:
     """Messages API tool definitions: pass `tools` as the request's `tools`."""
-    return {"tools": [tool_entry_anthropic(tool) for tool in catalogue.tools]}
+    return {"tools": [tool_entry_anthropic(tool, caller) for tool in catalogue.tools]}
 
 
 def render_tools(
@@ -212,13 +243,14 @@ def render_tools(
     preflight: Preflight | None,
     caller: Caller | None = None,
 ) -> dict[str, Any]:
-    """`caller`: whose account marks per-person tools carry (native and MCP; none: no mark)."""
+    """`caller`: whose account marks per-person tools carry (a field in the native and MCP
+    formats, a line of the description in the OpenAI and Anthropic ones; none: no mark)."""
     if fmt == "mcp":
         return render_mcp(catalogue, caller)
     if fmt == "openai":
-        return render_openai(catalogue)
+        return render_openai(catalogue, caller)
     if fmt == "anthropic":
-        return render_anthropic(catalogue)
+        return render_anthropic(catalogue, caller)
     return render_native(catalogue, version=version, preflight=preflight, caller=caller)
 
 

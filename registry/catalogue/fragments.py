@@ -26,6 +26,7 @@ from registry.catalogue.formats import (
     tool_entry_native,
     tool_entry_openai,
     upstream_mark,
+    upstream_mark_note,
 )
 from registry.catalogue.naming import namespaced_tool_name
 from registry.catalogue.selectors import (
@@ -154,12 +155,18 @@ def _tool(row: dict[str, Any], name: str, health: str) -> CatalogueTool:
         server_health=health,
         access_expires_at=None,
         task_support=row["task_support_text"] or "",
+        upstream_auth=row["server__upstream_auth"] or "shared",
     )
 
 
-def _static_part(fmt: str, tool: CatalogueTool) -> str:
+# The formats whose tool entry is all static (kept whole, by the caller's account mark's sentence
+# too: it is a line of the description).
+_WHOLE_ENTRY = ("openai", "anthropic")
+
+
+def _static_part(fmt: str, tool: CatalogueTool, caller: Caller | None = None) -> str:
     """A tool's encoded entry up to where the per-request values go (all of it for OpenAI and
-    Anthropic)."""
+    Anthropic, with `caller`'s account mark in the description)."""
     if fmt == "native":
         entry = tool_entry_native(tool)
         assert tuple(entry)[-len(_NATIVE_DYNAMIC) :] == _NATIVE_DYNAMIC  # noqa: S101 (its shape)
@@ -177,8 +184,8 @@ def _static_part(fmt: str, tool: CatalogueTool) -> str:
             + f'"tool":{_dumps(inner["tool"])},"serverHealth":'
         )
     if fmt == "openai":
-        return _dumps(tool_entry_openai(tool))
-    return _dumps(tool_entry_anthropic(tool))
+        return _dumps(tool_entry_openai(tool, caller))
+    return _dumps(tool_entry_anthropic(tool, caller))
 
 
 def _all_found(statics: list[str | None]) -> TypeGuard[list[str]]:
@@ -194,6 +201,7 @@ def _render_missing(
     column: dict[str, int],
     row_version: dict[str, Any],
     store: FragmentStore,
+    caller: Caller | None,
 ) -> tuple[list[tuple[str, Sequence[Any]]], list[tuple[Any, ...]], list[str]]:
     """Render (and keep) the fragments `statics` lacks, from one query for those tools' details
     (one per 999 of them on SQLite).
@@ -222,7 +230,7 @@ def _render_missing(
             **dict(zip(column, row, strict=True)),
             **dict(zip(detail_names, detail, strict=True)),
         }
-        static = _static_part(fmt, _tool(by_name, name, ""))
+        static = _static_part(fmt, _tool(by_name, name, ""), caller)
         seen = tuple(row[column[version]] for version in version_names)
         if seen == tuple(by_name[version] for version in version_names):
             store.keep(keys[place], static)
@@ -247,8 +255,8 @@ def tools_document_body(
     caller: Caller | None = None,
 ) -> bytes:
     """The encoded tools document of a format for a team's agent of a role, now (the pre-flight
-    of `declared_servers` in the native format; `caller`'s account marks on per-person tools in
-    the native and MCP formats). Raises `UnknownRole` like `catalogue_for_agent`."""
+    of `declared_servers` in the native format; `caller`'s account marks on per-person tools).
+    Raises `UnknownRole` like `catalogue_for_agent`."""
     row_version = _row_version()
     visible = visible_tool_rows(
         team_id=team_id, role_id=role_id, category=category, at=at, fields=_FIELDS, **row_version
@@ -269,30 +277,53 @@ def tools_document_body(
         ((_namespaced_tool_name(row[slug_at], row[name_at]), row) for row in rows),
         key=itemgetter(0),
     )
+    # A per-person server's tools carry the caller's account mark (by server): the native and
+    # MCP entries end with it, encoded per request; the OpenAI and Anthropic ones hold its
+    # sentence in their description, so it is part of their fragment's key.
+    mode_at = column["server__upstream_auth"]
+    marks: dict[int, dict[str, str] | None] = {}
+
+    def server_mark(row: Sequence[Any]) -> dict[str, str] | None:
+        server_id = row[server_id_at]
+        if server_id not in marks:
+            marks[server_id] = upstream_mark(row[mode_at] or "shared", row[slug_at], caller)
+        return marks[server_id]
+
+    tails_of_marks: dict[int, str] = {}
+
+    def mark_of(row: Sequence[Any]) -> str:
+        server_id = row[server_id_at]
+        found = tails_of_marks.get(server_id)
+        if found is None:
+            mark = server_mark(row)
+            found = "" if mark is None else f',"upstreamAccount":{_dumps(mark)}'
+            tails_of_marks[server_id] = found
+        return found
+
+    whole = fmt in _WHOLE_ENTRY
     # The tool's id too: rows written by one transaction share their `xmin`, so two servers'
     # same-named tools could otherwise meet under one key after their slugs were swapped.
-    keys = [(fmt, row[pk], *row[_KEY_FROM:]) for _, row in named]
+    keys = [
+        (fmt, upstream_mark_note(server_mark(row)) if whole else "", row[pk], *row[_KEY_FROM:])
+        for _, row in named
+    ]
     found = store.find_many(keys)
     if _all_found(found):
         statics = found
     else:  # tools new in this shape: read, rendered and kept
         named, keys, statics = _render_missing(
-            fmt, named, keys, found, column=column, row_version=row_version, store=store
+            fmt,
+            named,
+            keys,
+            found,
+            column=column,
+            row_version=row_version,
+            store=store,
+            caller=caller if whole else None,
         )
         if len(named) != len(rows):  # a tool deleted between the two queries is left out
             rows = [row for _, row in named]
-    # Native: health and expiry, encoded; by server while no grant names a tool alone. A
-    # per-person server's tools end with the caller's account mark (by server too).
-    mode_at = column["server__upstream_auth"]
-    marks: dict[int, str] = {}
-
-    def mark_of(row: Sequence[Any]) -> str:
-        server_id = row[server_id_at]
-        found = marks.get(server_id)
-        if found is None:
-            mark = upstream_mark(row[mode_at] or "shared", row[slug_at], caller)
-            found = marks[server_id] = "" if mark is None else f',"upstreamAccount":{_dumps(mark)}'
-        return found
+    # Native: health and expiry, encoded; by server while no grant names a tool alone.
 
     tails: dict[Any, str] = {}
     by_server = not visible.tool_expiry

@@ -19,6 +19,7 @@ from registry.catalogue.formats import (
     tool_entry_anthropic,
     tool_entry_mcp,
     tool_entry_openai,
+    upstream_mark,
 )
 from registry.catalogue.selectors import Catalogue, CatalogueTool, catalogue_for_agent
 from registry.core.process_cache import VersionedCache
@@ -26,6 +27,7 @@ from registry.search.index import document_fields
 from registry.search.ranking import SearchDocument, SearchModel
 from registry.search.selectors import tool_search_match
 from registry.search.text import query_terms, weighted_query_terms
+from registry.teams.callers import Caller
 
 DEFAULT_SEARCH_LIMIT = 10
 MAX_SEARCH_LIMIT = 50
@@ -41,8 +43,9 @@ ANSWERS_MAX = 1024
 
 
 # The formats whose search answer is `{"tools":[<entry>,...]}`, each entry a pure function of
-# the tool as the kept catalogue holds it: encoded once per kept catalogue (below).
-_TOOL_ENTRIES: dict[str, Callable[[CatalogueTool], dict[str, Any]]] = {
+# the tool as the kept catalogue holds it and the caller's account mark on it: encoded once per
+# kept catalogue and mark (below).
+_TOOL_ENTRIES: dict[str, Callable[[CatalogueTool, Caller | None], dict[str, Any]]] = {
     "mcp": tool_entry_mcp,
     "openai": tool_entry_openai,
     "anthropic": tool_entry_anthropic,
@@ -52,24 +55,26 @@ _TOOL_ENTRIES: dict[str, Callable[[CatalogueTool], dict[str, Any]]] = {
 @dataclass(frozen=True)
 class SearchableCatalogue:
     """An agent's catalogue, the ranking's statistics over its tools, and the tools' entries
-    encoded so far (by format and tool id: a search answer's tools, encoded when first found)."""
+    encoded so far (by format, tool id and the caller's account mark on it: a search answer's
+    tools, encoded when first found)."""
 
     catalogue: Catalogue
     model: SearchModel
     by_id: dict[int, Any]
-    encoded: dict[tuple[str, int], str] = field(default_factory=dict)
+    encoded: dict[tuple[Any, ...], str] = field(default_factory=dict)
 
-    def tools_body(self, fmt: str, tools: Sequence[Any]) -> bytes:
-        """`json.dumps(render_tools(fmt, ...))` for the MCP, OpenAI and Anthropic formats, the
-        same bytes, each tool's entry encoded once for this catalogue (the kept catalogue of a
-        version: a tool's entry cannot change under it)."""
+    def tools_body(self, fmt: str, tools: Sequence[Any], caller: Caller | None = None) -> bytes:
+        """`json.dumps(render_tools(fmt, ..., caller=caller))` for the MCP, OpenAI and Anthropic
+        formats, the same bytes, each tool's entry encoded once for this catalogue and account
+        mark (the kept catalogue of a version: a tool's entry cannot change under it)."""
         entry_of = _TOOL_ENTRIES[fmt]
         parts = []
         for tool in tools:
-            key = (fmt, tool.tool_id)
+            mark = upstream_mark(tool.upstream_auth, tool.server_slug, caller)
+            key = (fmt, tool.tool_id, *(() if mark is None else mark.values()))
             encoded = self.encoded.get(key)
             if encoded is None:
-                encoded = _dumps(entry_of(tool))
+                encoded = _dumps(entry_of(tool, caller))
                 self.encoded[key] = encoded  # a race writes the same text twice
             parts.append(encoded)
         return ('{"tools":[' + ",".join(parts) + "]}").encode()
@@ -86,14 +91,21 @@ _candidates: VersionedCache[tuple[object, ...], SearchableCatalogue] = Versioned
 
 
 def search_variant(
-    *, fmt: str, category: str | None, query: str, limit: int, terms: Sequence[str] | None = None
+    *,
+    fmt: str,
+    category: str | None,
+    query: str,
+    limit: int,
+    terms: Sequence[str] | None = None,
+    accounts: str = "",
 ) -> str:
     """What tells one search answer from another besides the version: the format, the filter,
-    the query's terms in any order (OR-ed, so `Read files` and `files, read` share an answer)
-    and the limit. `terms` are the query's terms when the caller has them already."""
+    the query's terms in any order (OR-ed, so `Read files` and `files, read` share an answer),
+    the limit and what the caller's account marks depend on (`accounts`, the caller's
+    `accounts_digest`). `terms` are the query's terms when the caller has them already."""
     terms = " ".join(sorted(query_terms(query) if terms is None else terms))
     digest = hashlib.sha256(terms.encode()).hexdigest()[:24]
-    return f"search|{fmt}|{category or ''}|{limit}|{digest}"
+    return f"search|{fmt}|{category or ''}|{limit}|{digest}|{accounts}"
 
 
 _answers: VersionedCache[str, bytes] = VersionedCache("search answers", limit=ANSWERS_MAX)
@@ -245,16 +257,18 @@ def search_document(
     category: str | None,
     search: SearchRequest,
     version: int,
+    caller: Caller | None = None,
 ) -> dict[str, Any] | bytes:
     """The answer to a search in `fmt`: what the view and the ASGI fast path both serve; encoded
-    already (bytes) but for the native format, whose document says more than its tools."""
+    already (bytes) but for the native format, whose document says more than its tools.
+    `caller`: whose account marks per-person tools carry (as in the tools documents)."""
     kept = _catalogue_at(team_id=team_id, role_id=role_id, category=category, version=version)
     found = _search_in(
         kept, query=search.text, limit=search.limit, weighted_terms=search.weighted_terms
     )
     if fmt in _TOOL_ENTRIES:
-        return kept.tools_body(fmt, found.tools)
-    document = render_tools(fmt, found, version=version, preflight=None)
+        return kept.tools_body(fmt, found.tools, caller)
+    document = render_tools(fmt, found, version=version, preflight=None, caller=caller)
     if fmt == "native":
         # The terms, not the text: answers are shared by queries with the same terms.
         document["search"] = {

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from registry.audit.services import audit_record
+from registry.catalogue.documents import accounts_digest
 from registry.catalogue.formats import render_mcp
 from registry.catalogue.search import (
     DEFAULT_SEARCH_LIMIT,
@@ -105,17 +106,19 @@ def pinned_servers(identity: Caller) -> frozenset[str]:
 
 
 def search_mode_variant(identity: Caller) -> str:
-    """What, besides the version, tells one search-mode list from another: the pins."""
-    return "search-mode|" + ",".join(sorted(pinned_servers(identity)))
+    """What, besides the version, tells one search-mode list from another: the pins, and what
+    the pinned tools' account marks depend on."""
+    pins = ",".join(sorted(pinned_servers(identity)))
+    return f"search-mode|{pins}|{accounts_digest(identity)}"
 
 
 def search_mode_document(*, identity: Caller, version: int) -> dict[str, Any]:
     """The tools/list result in search mode: the pinned tools the agent may call, then the
-    meta-tools."""
+    meta-tools (a per-person tool with the caller's account mark)."""
     pins = pinned_servers(identity)
     catalogue = kept_catalogue(team_id=identity.team_id, role_id=identity.role_id, version=version)
     pinned = [tool for tool in catalogue.tools if tool.server_slug in pins]
-    document = render_mcp(replace(catalogue, tools=pinned))
+    document = render_mcp(replace(catalogue, tools=pinned), identity)
     document["tools"] = [*document["tools"], *META_TOOLS]
     return document
 
@@ -131,7 +134,8 @@ def search_mode_body(*, identity: Caller, version: int, key: str) -> bytes:
 
 def tools_find(*, identity: Caller, query: str, limit: int) -> dict[str, Any]:
     """What `find_tools` answers: the catalogue's search over the agent's callable tools (the
-    ranking of `GET /api/v1/catalogue?q=`), as MCP tool definitions; audited
+    ranking of `GET /api/v1/catalogue?q=`), as MCP tool definitions with the caller's account
+    marks; audited
     (`gateway.tools_found`: the query and the names found)."""
     version = catalogue_state(team_id=identity.team_id).version
     found = catalogue_search(
@@ -141,7 +145,7 @@ def tools_find(*, identity: Caller, query: str, limit: int) -> dict[str, Any]:
         limit=limit,
         version=version,
     )
-    tools = render_mcp(found)["tools"]
+    tools = render_mcp(found, identity)["tools"]
     names = [tool["name"] for tool in tools]
     target: Any
     if isinstance(identity, PersonIdentity):

@@ -14,6 +14,10 @@ server_visibility_changed = Signal()
 server_tools_changed = Signal()
 tool_approvals_dropped = Signal()
 server_review_changed = Signal()
+# An import named the client Toolroom is to use at a per-person server's authorization server
+# (an mcp.json `oauth` object's `clientId`): sent inside the import's transaction, with `server`,
+# `actor`, `client_id`, `client_secret` and `scopes` ('' where the file gives none).
+server_oauth_client_imported = Signal()
 
 
 def announce_visibility_change(*, server_ids: Iterable[int], reason: str) -> None:

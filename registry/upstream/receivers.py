@@ -1,7 +1,8 @@
 """A person who no longer belongs to any team holding a per-person server loses their link (or
 secret) there: a membership removed (the admin, the API, single sign-on's group sync, a team
 deleted) or a grant revoked or deleted removes, after commit, the accounts nobody's team holds any
-more (`upstream_accounts_prune`, audited, tokens revoked at the upstream)."""
+more (`upstream_accounts_prune`, audited, tokens revoked at the upstream). An import that names a
+per-person server's OAuth client has it stored as the admin's (`upstream_client_import`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from registry.servers.models import McpServer
+from registry.servers.signals import server_oauth_client_imported
 from registry.teams.models import Grant, Membership
-from registry.upstream.services import upstream_accounts_prune
+from registry.upstream.services import upstream_accounts_prune, upstream_client_import
 
 
 @receiver(post_delete, sender=Membership, dispatch_uid="upstream_membership_removed")
@@ -40,4 +43,15 @@ def grant_deleted(sender: Any, instance: Grant, **kwargs: Any) -> None:
     server_id = instance.server_id
     transaction.on_commit(
         lambda: upstream_accounts_prune(server_ids=[server_id], reason="a grant was deleted")
+    )
+
+
+@receiver(server_oauth_client_imported, dispatch_uid="upstream_client_imported")
+def client_imported(sender: Any, server: McpServer, **client: Any) -> None:
+    upstream_client_import(
+        actor=client["actor"],
+        server=server,
+        client_id=client["client_id"],
+        client_secret=client["client_secret"],
+        scopes=client["scopes"],
     )

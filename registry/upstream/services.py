@@ -30,7 +30,7 @@ from registry.servers.models import PER_PERSON_MODES, McpServer, UpstreamAuth
 from registry.teams.models import Grant, Membership
 from registry.upstream.discovery import upstream_discover
 from registry.upstream.http import UpstreamHttpError, upstream_request
-from registry.upstream.models import AccountState, UpstreamAccount, UpstreamClient
+from registry.upstream.models import AccountState, Registration, UpstreamAccount, UpstreamClient
 from registry.upstream.tokens import account_tokens_store, client_auth, token_request
 
 SESSION_KEY = "upstream_links"
@@ -198,6 +198,41 @@ def link_finish(
 
 
 MAX_SECRET_LENGTH = 4096
+
+
+@transaction.atomic
+def upstream_client_import(
+    *, actor: Any, server: McpServer, client_id: str, client_secret: str = "", scopes: str = ""
+) -> UpstreamClient:
+    """Make the client an import names (an mcp.json `oauth` object's `clientId`) the server's
+    upstream OAuth client, as an admin's (Toolroom registers none of its own). A new client id
+    drops the stored secret (it was the old client's) unless the file gives one; the endpoints
+    are discovered when someone first links. Audited (`upstream.client_imported`, never the
+    secret)."""
+    client, _ = UpstreamClient.objects.select_for_update().get_or_create(server=server)
+    before = {"registration": client.registration, "client_id": client.client_id}
+    if client_secret or client.client_id != client_id:
+        client.client_secret = {"client_secret": client_secret} if client_secret else {}
+    client.client_id = client_id
+    client.registration = Registration.ADMIN
+    if scopes:
+        client.scopes = scopes
+    client.save()
+    audit_record(
+        actor=actor,
+        action="upstream.client_imported",
+        target=client,
+        server=server,
+        summary=f"An import made {client_id!r} the upstream OAuth client of {server.slug}.",
+        before=before,
+        after={
+            "registration": client.registration,
+            "client_id": client_id,
+            "client_secret": "set" if client.client_secret else "none",
+            "scopes": client.scopes,
+        },
+    )
+    return client
 
 
 @transaction.atomic

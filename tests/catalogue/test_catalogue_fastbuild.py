@@ -22,6 +22,7 @@ from registry.catalogue.documents import document_key
 from registry.catalogue.formats import TOOL_FORMATS
 from registry.core import cache as catalogue_cache_module
 from registry.search.index import tool_search_index_refresh
+from registry.servers.models import McpServer, UpstreamAuth
 from registry.teams.models import TeamRole
 from tests.catalogue_helpers import DJANGO_ANSWERED, READ, approved_server, fast_path_call
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
@@ -143,6 +144,30 @@ def test_searches_are_built_and_served_by_the_fast_path_as_django_would(
         [("/api/v1/catalogue", f"format={fmt}&{query}", _headers(token))]
     )
     assert (status, headers["x-toolroom-cache"], body) == (200, "hit", kept.content)
+
+
+def test_the_fast_path_builds_an_agents_account_marks_as_django_would(agent, api_client, settings):
+    """A per-person server's tool says an agent token cannot call it, in the tools documents
+    and the search answers the fast path builds, exactly as Django's."""
+    team, token = agent
+    keyed = approved_server("keyed", {"whoami": READ})
+    McpServer.objects.filter(pk=keyed.pk).update(upstream_auth=UpstreamAuth.PERSON_SECRET)
+    tool_search_index_refresh(server_ids=[keyed.pk])
+    GrantFactory(team=team, server=keyed)  # a new version
+    settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = 0
+    for fmt in TOOL_FORMATS:
+        for query in (f"format={fmt}", f"format={fmt}&q=whoami"):
+            [(status, headers, body)] = fast_path_call(
+                [("/api/v1/catalogue", query, _headers(token))]
+            )
+            django = api_client.get(f"/api/v1/catalogue?{query}")
+            assert (status, headers["x-toolroom-cache"]) == (200, "miss"), query
+            _same_as_django(headers, django)
+            ours, theirs = json.loads(body), json.loads(django.content)
+            if fmt == "native":
+                assert ours.pop("generatedAt") <= theirs.pop("generatedAt")
+            assert ours == theirs
+            assert (b"needs_person" if fmt in ("native", "mcp") else b"an agent token") in body
 
 
 def test_search_answers_are_kept_in_the_process_under_their_etag(agent, settings):

@@ -1,7 +1,8 @@
 """The catalogue's "needs your account" mark (issue 25): a per-person server's tool says, for the
 calling person, whether they linked their account (or entered their secret) and where to do it,
-in the REST catalogue's native and MCP formats, the gateway's tools/list and the portal; an agent
-token reads that it cannot call such a tool. The fragment-built documents stay byte for byte the
+in the REST catalogue's native and MCP formats (a field), its OpenAI and Anthropic formats (a line
+of the description the model reads), the gateway's tools/list and the portal; an agent token
+reads that it cannot call such a tool. The fragment-built documents stay byte for byte the
 reference renderers' for every kind of caller."""
 
 from __future__ import annotations
@@ -19,13 +20,10 @@ from registry.catalogue.fragments import FragmentStore, tools_document_body
 from registry.catalogue.selectors import catalogue_for_agent
 from registry.gateway.listing import tools_list_document
 from registry.oauth.tokens import person_token_authenticate
-from registry.servers.models import McpServer, UpstreamAuth
-from registry.teams import services as team_services
-from registry.teams.models import MembershipLevel
 from registry.teams.tokens import token_authenticate
 from registry.upstream.services import secret_store
-from tests.catalogue_helpers import READ, approved_server
-from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory, UserFactory
+from tests.catalogue_helpers import per_person_servers
+from tests.factories import AgentTokenFactory
 from tests.oauth_helpers import person_access_token
 
 pytestmark = pytest.mark.django_db
@@ -35,25 +33,8 @@ PAGE = "http://127.0.0.1:8000/portal/accounts/"
 
 @pytest.fixture
 def world(committed) -> dict[str, Any]:
-    """alpha (carol) holds `keyed` (each person's secret), `tracker` (each person's OAuth) and
-    `files` (shared)."""
     with committed():
-        alpha = TeamFactory(slug="alpha")
-        carol = UserFactory(username="carol")
-        team_services.team_member_set(
-            actor="test", team=alpha, user=carol, level=MembershipLevel.OWNER
-        )
-        servers = {}
-        for slug, mode in (
-            ("keyed", UpstreamAuth.PERSON_SECRET),
-            ("tracker", UpstreamAuth.PERSON_OAUTH),
-            ("files", UpstreamAuth.SHARED),
-        ):
-            servers[slug] = approved_server(slug, {"whoami": READ})
-            McpServer.objects.filter(pk=servers[slug].pk).update(upstream_auth=mode)
-            servers[slug].refresh_from_db()
-            GrantFactory(team=alpha, server=servers[slug])
-    return {"team": alpha, "carol": carol, **servers}
+        return per_person_servers()
 
 
 def marks(document: dict[str, Any], fmt: str) -> dict[str, Any]:
@@ -152,3 +133,108 @@ def test_the_portal_marks_the_tools_that_need_the_persons_account(world, committ
     page = http.get("/portal/").content.decode()
     assert page.count("Needs your account") == roles
     assert "(uses your own account)" in page
+
+
+# The sentence ending a per-person tool's description in the OpenAI and Anthropic formats.
+NOTES = {
+    ("person_secret", "not_linked"): (
+        f"Needs your account: enter your token or API key at {PAGE}, then call it."
+    ),
+    ("person_oauth", "not_linked"): f"Needs your account: link it at {PAGE}, then call it.",
+    ("person_secret", "linked"): "Acts with your own account there (linked).",
+    ("person_oauth", "broken"): f"Your account there is broken: re-link it at {PAGE}.",
+    ("person_secret", "needs_person"): (
+        "Needs a person's own account: an agent token cannot call it (call it from a person's "
+        "MCP client signed in to Toolroom)."
+    ),
+}
+NOTES[("person_oauth", "needs_person")] = NOTES[("person_secret", "needs_person")]
+
+
+def descriptions(document: dict[str, Any], fmt: str) -> dict[str, str]:
+    """Each tool's description, by tool name (OpenAI or Anthropic)."""
+    entries = [tool["function"] if fmt == "openai" else tool for tool in document["tools"]]
+    return {entry["name"]: entry["description"] for entry in entries}
+
+
+def test_openai_and_anthropic_descriptions_end_with_the_callers_mark(world, committed):
+    """The function-calling formats take no field of Toolroom's in a tool: the mark is a line of
+    the description, the caller's own; fragments kept in one store for every caller never hand
+    one caller's sentence to another."""
+    team = world["team"]
+    role = team.roles.get(name="operations")
+    agent = token_authenticate(AgentTokenFactory(team=team).plain)
+    with committed():
+        token = person_access_token(world["carol"], team)
+    person = person_token_authenticate(token).identity
+    linked = dataclasses.replace(person, upstream_accounts={"keyed": "linked", "tracker": "broken"})
+    expected = [
+        (agent, "needs_person", "needs_person"),
+        (person, "not_linked", "not_linked"),
+        (linked, "linked", "broken"),
+        (person, "not_linked", "not_linked"),  # again, from the kept fragments
+    ]
+    at = timezone.now()
+    store = FragmentStore()
+    for caller, keyed, tracker in expected:
+        for fmt in ("openai", "anthropic"):
+            catalogue = catalogue_for_agent(team_id=team.pk, role_id=role.pk, at=at)
+            reference = json.dumps(
+                render_tools(fmt, catalogue, version=7, preflight=None, caller=caller),
+                ensure_ascii=False,
+                separators=(",", ":"),
+            ).encode()
+            built = tools_document_body(
+                fmt=fmt,
+                team_id=team.pk,
+                role_id=role.pk,
+                version=7,
+                at=at,
+                store=store,
+                caller=caller,
+            )
+            assert built == reference
+            found = descriptions(json.loads(built), fmt)
+            plain = catalogue.tools[0].description
+            assert found == {
+                "files__whoami": plain,
+                "keyed__whoami": f"{plain}\n\n{NOTES[('person_secret', keyed)]}",
+                "tracker__whoami": f"{plain}\n\n{NOTES[('person_oauth', tracker)]}",
+            }
+
+
+def test_the_api_marks_openai_and_anthropic_tools_as_the_accounts_change(
+    world, committed, api_client
+):
+    with committed():
+        token = person_access_token(world["carol"], world["team"])
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    before = api_client.get("/api/v1/catalogue", {"format": "openai"})
+    assert before.status_code == 200, before.content
+    assert descriptions(before.json(), "openai")["keyed__whoami"].endswith(
+        NOTES[("person_secret", "not_linked")]
+    )
+    with committed():
+        secret_store(person=world["carol"], server=world["keyed"], secret="key-of-carol")
+    after = api_client.get(
+        "/api/v1/catalogue", {"format": "openai"}, HTTP_IF_NONE_MATCH=before["ETag"]
+    )
+    assert after.status_code == 200  # not 304: the mark changed
+    assert descriptions(after.json(), "openai")["keyed__whoami"].endswith(
+        NOTES[("person_secret", "linked")]
+    )
+    persons = api_client.get("/api/v1/catalogue", {"format": "anthropic"})
+    anthropic = descriptions(persons.json(), "anthropic")
+    assert anthropic["keyed__whoami"].endswith(NOTES[("person_secret", "linked")])
+    assert anthropic["tracker__whoami"].endswith(NOTES[("person_oauth", "not_linked")])
+    assert "\n\n" not in anthropic["files__whoami"]
+    # An agent token's model reads that it cannot call them; the person's document is not its.
+    api_client.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {AgentTokenFactory(team=world['team']).plain}"
+    )
+    agent = api_client.get("/api/v1/catalogue", {"format": "anthropic"})
+    assert agent["ETag"] != persons["ETag"]
+    for name in ("keyed__whoami", "tracker__whoami"):
+        assert descriptions(agent.json(), "anthropic")[name].endswith(
+            NOTES[("person_oauth", "needs_person")]
+        )

@@ -2,8 +2,9 @@
 server.json or Toolroom YAML entry (the CLI or the admin's import form), or the admin's server
 form, whose server answers 401
 naming its resource metadata, or an mcp.json entry with an `oauth` object, imports as a
-per-person server, and the plan says why. Against the SDK server that is its own authorization
-server (tests/mcp_servers/oauth_upstream.py)."""
+per-person server, and the plan says why; the `oauth` object's `clientId` (and `clientSecret`,
+`scopes`) becomes the server's upstream OAuth client, the admin's, and linking uses it. Against
+the SDK server that is its own authorization server (tests/mcp_servers/oauth_upstream.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,14 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from registry.audit.models import AuditEvent
 from registry.servers.importing import ImportOptions, export_servers, import_apply, import_plan
+from registry.servers.importing.planning import ImportAction
 from registry.servers.importing.reading import FORMAT_MCP_JSON
+from registry.servers.importing.report import plan_lines
 from registry.servers.models import McpServer, Transport, UpstreamAuth
+from registry.upstream.models import Registration, UpstreamClient
+from registry.upstream.services import link_start
 from tests.factories import McpServerFactory, UserFactory
 from tests.mcp_servers.oauth_upstream import RunningUpstream
 from tests.servers.test_admin_servers import _form_data
@@ -93,7 +99,7 @@ def test_an_oauth_object_in_mcp_json_imports_as_a_per_person_server(settings):
     text = " ".join(entry.warnings)
     assert "not supported" not in text
     assert "imported as a per-person server" in text
-    assert "Upstream OAuth clients" in text
+    assert "http://127.0.0.1:8000/portal/accounts/callback/ as a redirect URI" in text
 
 
 def test_the_admins_import_form_shows_it_in_the_plan(client, upstream):
@@ -139,3 +145,63 @@ def test_an_mcp_json_export_of_a_per_person_server_imports_back_as_one(settings)
     McpServer.objects.all().delete()
     import_apply(plan=_plan(exported, "mcp.json"), actor="cli:test")
     assert McpServer.objects.get(slug="tracker").upstream_auth == UpstreamAuth.PERSON_OAUTH
+
+
+def _client_line(entry) -> tuple[str, str]:
+    [change] = [change for change in entry.changes if change.field == "upstream OAuth client"]
+    return change.old, change.new
+
+
+def test_an_oauth_objects_client_id_becomes_the_admins_upstream_client(settings, upstream):
+    """The plan shows the client the file names; applying stores it as the admin's (audited);
+    the same file again changes nothing; another client id and a secret replace it (the secret
+    masked in the plan, encrypted at rest); and linking uses that client, registering none."""
+    settings.TOOLROOM_IMPORT_PROBE_OAUTH = False
+    oauth = {"clientId": "toolroom-at-tracker", "callbackPort": 8080, "scopes": "read"}
+    plan = _plan(_mcp_json(upstream.url, oauth=oauth), "mcp.json")
+    [entry] = plan.entries
+    assert _client_line(entry) == (
+        "(none: Toolroom registers its own)",
+        "client id 'toolroom-at-tracker' (the admin's), scopes 'read'",
+    )
+    assert "upstream OAuth client" not in entry.changed_fields
+    assert any("upstream OAuth client:" in line for line in plan_lines(plan))
+    import_apply(plan=plan, actor="cli:test")
+    server = McpServer.objects.get(slug="tracker")
+    client = UpstreamClient.objects.get(server=server)
+    assert (client.registration, client.client_id, client.scopes, client.client_secret) == (
+        Registration.ADMIN,
+        "toolroom-at-tracker",
+        "read",
+        {},
+    )
+    event = AuditEvent.objects.get(action="upstream.client_imported")
+    assert event.actor_label == "cli:test"
+
+    again = _plan(_mcp_json(upstream.url, oauth=oauth), "mcp.json")
+    assert [e.action for e in again.entries] == [ImportAction.UNCHANGED]
+
+    oauth = {"clientId": "toolroom-confidential", "clientSecret": "s3cret-value"}
+    plan = _plan(_mcp_json(upstream.url, oauth=oauth), "mcp.json")
+    [entry] = plan.entries
+    assert entry.action == ImportAction.UPDATE
+    old, new = _client_line(entry)
+    assert old == "client id 'toolroom-at-tracker' (the admin's), scopes 'read'"
+    assert new.startswith("client id 'toolroom-confidential' (the admin's), secret ")
+    assert "s3cret-value" not in "\n".join(plan_lines(plan))
+    import_apply(plan=plan, actor="cli:test")
+    client.refresh_from_db()
+    assert (client.client_id, client.client_secret, client.scopes) == (
+        "toolroom-confidential",
+        {"client_secret": "s3cret-value"},
+        "read",
+    )
+    assert server.updated_at == McpServer.objects.get(pk=server.pk).updated_at  # server kept
+
+    # Linking discovers the endpoints and sends the person with the imported client's id.
+    url = link_start(person=UserFactory(), server=server, session={})
+    assert url.startswith(upstream.base)
+    assert "client_id=toolroom-confidential" in url
+    client.refresh_from_db()
+    assert client.registration_endpoint == ""  # Toolroom registered no client of its own
+    assert client.registration == Registration.ADMIN

@@ -23,6 +23,7 @@ from registry.servers.importing.planning import (
     ImportAction,
     ImportPlan,
 )
+from registry.servers.importing.upstream_client import upstream_client_announce
 from registry.servers.models import Category, McpServer, ReviewStatus
 
 
@@ -110,6 +111,8 @@ def _apply_entry(
             raise _stale(entry, f"A server with the slug {entry.slug!r} was added")
         created = services.server_create(actor=actor, **fields)
         _record_pins(entry, created, actor)
+        if entry.upstream_client is not None:
+            upstream_client_announce(server=created, client=entry.upstream_client, actor=actor)
         result.created.append(entry.slug)
         return
     server = (
@@ -125,9 +128,14 @@ def _apply_entry(
         result.unchanged.append(entry.slug)
         return
     changes = {name: fields[name] for name in entry.changed_fields}
-    updated = services.server_update(actor=actor, server=server, changes=changes)
+    # Only the upstream OAuth client may change: the server itself is then left as it is.
+    updated = (
+        services.server_update(actor=actor, server=server, changes=changes) if changes else server
+    )
     if "package_version" in changes:
         _record_pins(entry, updated, actor)
+    if entry.upstream_client is not None:
+        upstream_client_announce(server=updated, client=entry.upstream_client, actor=actor)
     result.updated.append(entry.slug)
     if (
         server.review_status != updated.review_status

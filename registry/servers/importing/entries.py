@@ -76,6 +76,9 @@ class ParsedEntry:
     field_labels: dict[str, str] = field(default_factory=dict)
     # Packages a launcher command named without a version, pinned at import (launchers.PackagePin).
     pins: list[Any] = field(default_factory=list)
+    # The upstream OAuth client the file names (an mcp.json `oauth` object's `clientId`, and its
+    # `clientSecret` and `scopes` if given): {"client_id", "client_secret", "scopes"}.
+    upstream_client: dict[str, str] | None = field(default=None, repr=False)
 
     def problem(self, field_name: str | None, message: str) -> None:
         self.problems.append(ImportProblem(self.label, field_name, message))

@@ -19,6 +19,7 @@ from registry.servers.importing.entries import (
     ParsedFile,
     slug_from_name,
 )
+from registry.servers.importing.upstream_client import upstream_callback_url
 from registry.servers.models import Transport, UpstreamAuth
 
 FORMAT = "mcp-json"
@@ -242,11 +243,19 @@ def _parse_oauth(entry: ParsedEntry, oauth: Any) -> None:
         "server (each person's OAuth): people link their accounts under Connected accounts, and "
         "an admin links one to discover its tools"
     )
-    if isinstance(oauth, dict) and (oauth.get("clientId") or oauth.get("client_id")):
+    client_id = (oauth.get("clientId") or oauth.get("client_id")) if isinstance(oauth, dict) else ""
+    if isinstance(oauth, dict) and client_id:
+        secret = oauth.get("clientSecret") or oauth.get("client_secret") or ""
+        scopes = oauth.get("scopes") or ""
+        if not all(isinstance(value, str) for value in (client_id, secret, scopes)):
+            entry.problem("oauth", "`clientId`, `clientSecret` and `scopes` must be text.")
+            return
+        entry.upstream_client = {"client_id": client_id, "client_secret": secret, "scopes": scopes}
         note += (
-            "; Toolroom registers its own client, or enter the client id it was issued under "
-            "People's upstream accounts, Upstream OAuth clients (the file's client id is that "
-            "of a desktop client)"
+            "; its `clientId` becomes the server's upstream OAuth client (the admin's, so Toolroom "
+            "registers none of its own): that client must allow Toolroom's callback "
+            f"{upstream_callback_url()} as a redirect URI (a client made for a desktop's "
+            "`callbackPort` allows only http://localhost:PORT/callback)"
         )
     entry.warnings.append(note + ".")
 

@@ -48,6 +48,7 @@ from registry.servers.importing.reading import (
     FORMAT_SERVER_JSON,
     load_document,
 )
+from registry.servers.importing.upstream_client import UPSTREAM_CLIENT, upstream_client_change
 from registry.servers.importing.variables import ProcessVariables
 from registry.servers.jobs.sandbox_checks import server_sandbox_launch_warnings
 from registry.servers.models import Category, McpServer, Transport, UpstreamAuth
@@ -98,10 +99,13 @@ class EntryPlan:
     # Packages pinned at import (their launcher named no version): recorded in the audit.
     pins: list[PackagePin] = field(default_factory=list)
     runs_local: bool = False  # a command run as a process on the workers' host, unsandboxed
+    # The upstream OAuth client to store (upstream_client.py), when the file names a new one.
+    upstream_client: dict[str, str] | None = field(default=None, repr=False)
 
     @property
     def changed_fields(self) -> list[str]:
-        return [change.field for change in self.changes]
+        """The server's fields the import sets."""
+        return [change.field for change in self.changes if change.field != UPSTREAM_CLIENT]
 
     @property
     def action_text(self) -> str:
@@ -424,6 +428,12 @@ def _plan_entry(
             category=category,
             category_set=category_set,
         )
+    if entry.upstream_client and (
+        change := upstream_client_change(entry.upstream_client, existing)
+    ):
+        plan.changes.append(change)
+        plan.upstream_client = entry.upstream_client
+    if existing is not None:
         plan.action = ImportAction.UPDATE if plan.changes else ImportAction.UNCHANGED
         if plan.changes:
             changes = {name: values[name] for name in plan.changed_fields if name in values}
