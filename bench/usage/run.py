@@ -44,7 +44,7 @@ SEED_SQL = """
 INSERT INTO gateway_toolcall (
     started_at, duration_ms, token_id, token_name, person_name, client_name, role_name, team_id,
     server_slug, tool_name, name, definition_hash, via, conversation, outcome, error_class, error,
-    argument_bytes, argument_digest
+    argument_bytes, argument_digest, upstream_subject
 )
 SELECT
     %(end)s::timestamptz - (i::float8 * %(span)s / %(rows)s) * interval '1 second',
@@ -59,7 +59,7 @@ SELECT
          WHEN i %% 17 = 0 THEN 'failed' ELSE 'ok' END,
     CASE WHEN i %% 50 = 7 THEN 'quota_exceeded' WHEN i %% 13 = 0 THEN 'tool_error'
          WHEN i %% 17 = 0 THEN 'upstream_timeout' ELSE '' END,
-    '', 64, ''
+    '', 64, '', ''
 FROM (
     SELECT i, floor(50 * power(random(), 2))::int AS s, floor(10 * power(random(), 2))::int AS t,
            random() AS r

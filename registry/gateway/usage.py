@@ -274,11 +274,15 @@ class Stats:
 
 @dataclass
 class Row:
-    """One team, server or tool of a report, with the filter that lists its calls."""
+    """One team, server or tool of a report, with the filter that lists its calls, the key that
+    narrows the dashboard to it (a team's id, 0 for no team; a server's slug) and its calls per
+    bin of the report's series (the sparkline)."""
 
     label: str
     stats: Stats
     filters: dict[str, str]
+    key: int | str = ""
+    spark: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -310,15 +314,30 @@ class UsageReport:
     series: list[Point]
     step: timedelta
     rolled_up_at: datetime | None = None
+    team: int | None = None
+    server: str | None = None
+    team_label: str = ""
+    filters: dict[str, str] = field(default_factory=dict)
+    team_choices: list[tuple[int, str]] = field(default_factory=list)
+    server_choices: list[str] = field(default_factory=list)
 
 
 class _Source:
-    """The same questions asked of raw records or of rollup rows."""
+    """The same questions asked of raw records or of rollup rows, narrowed to one team and/or
+    one server if asked (`window` stays the whole period: what the filter can choose from)."""
 
-    def __init__(self, kind: Source, since: datetime, *, daily: bool = False) -> None:
+    def __init__(
+        self,
+        kind: Source,
+        since: datetime,
+        *,
+        daily: bool = False,
+        team: int | None = None,
+        server: str | None = None,
+    ) -> None:
         self.kind = kind
         if kind == "raw":
-            self.base: QuerySet[Any] = ToolCall.objects.filter(started_at__gte=since).annotate(
+            self.window: QuerySet[Any] = ToolCall.objects.filter(started_at__gte=since).annotate(
                 g_team=Coalesce("team_id", 0), g_time=F("started_at")
             )
             calls: Any = Count("id")
@@ -329,11 +348,11 @@ class _Source:
                 **{f"s_{name}": agg for name, agg in raw_bucket_counts().items()},
             }
         elif daily:
-            self.base = CallRollupDay.objects.filter(
+            self.window = CallRollupDay.objects.filter(
                 day__gte=_hour_floor(since).replace(hour=0)
             ).annotate(g_team=F("team_id"), g_time=F("day"))
         else:
-            self.base = CallRollup.objects.filter(hour__gte=_hour_floor(since)).annotate(
+            self.window = CallRollup.objects.filter(hour__gte=_hour_floor(since)).annotate(
                 g_team=F("team_id"), g_time=F("hour")
             )
         if kind != "raw":
@@ -343,12 +362,35 @@ class _Source:
                 "n_quota": Sum("calls", filter=Q(error_class=QUOTA_EXCEEDED)),
                 **{f"s_{name}": Sum(name) for name in BUCKET_FIELDS},
             }
+        self.base = self.window
+        if team is not None:
+            self.base = self.base.filter(self.of_team(team))
+        if server is not None:
+            self.base = self.base.filter(server_slug=server)
+
+    def of_team(self, team: int) -> Q:
+        """The records or rows of one team (0: of no team)."""
+        if self.kind == "raw" and not team:
+            return Q(team_id__isnull=True)
+        return Q(team_id=team)
+
+    def calls_where(self, where: Q) -> Any:
+        """The calls of the rows that match `where`, as an aggregate."""
+        return Count("id", filter=where) if self.kind == "raw" else Sum("calls", filter=where)
+
+    def choices(self) -> list[tuple[int, str]]:
+        """Every (team, server) that has calls in the whole period, whatever the filter."""
+        return list(self.window.values_list("g_team", "server_slug").distinct().order_by())
 
     def grouped(self, *keys: str, top: int | None = TOP_ROWS) -> list[dict[str, Any]]:
         query = self.base.values(*keys).annotate(**self.sums).order_by("-n_calls", *keys)
         return list(query[:top] if top else query)
 
-    def series(self, step: timedelta) -> list[dict[str, Any]]:
+    def series(
+        self, step: timedelta, extra: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """The sums per bin of `step`, with the `extra` aggregates (the rows' sparklines) in the
+        same query."""
         trunc: Any
         if step >= timedelta(days=1):
             trunc = TruncDay("g_time", tzinfo=UTC)
@@ -357,7 +399,10 @@ class _Source:
         else:
             trunc = TruncMinute("g_time", tzinfo=UTC)
         return list(
-            self.base.annotate(g_bin=trunc).values("g_bin").annotate(**self.sums).order_by("g_bin")
+            self.base.annotate(g_bin=trunc)
+            .values("g_bin")
+            .annotate(**self.sums, **(extra or {}))
+            .order_by("g_bin")
         )
 
     def failing(self) -> list[dict[str, Any]]:
@@ -382,8 +427,13 @@ def _bins(since: datetime, now: datetime, step: timedelta) -> list[datetime]:
     return bins
 
 
-def _series(rows: Iterable[dict[str, Any]], bins: list[datetime], step: timedelta) -> list[Point]:
+def _series(
+    rows: Iterable[dict[str, Any]], bins: list[datetime], step: timedelta, lines: list[Row]
+) -> list[Point]:
+    """The report's points, and each of `lines`' sparkline (its `spark_<n>` sums), per bin."""
     points = [Point(start=start, stats=Stats()) for start in bins]
+    for line in lines:
+        line.spark = [0] * len(bins)
     for row in rows:
         moment = row["g_bin"]
         if moment is None:
@@ -391,47 +441,73 @@ def _series(rows: Iterable[dict[str, Any]], bins: list[datetime], step: timedelt
         index = int((moment - bins[0]) / step)
         if 0 <= index < len(points):
             points[index].stats.add(Stats.of(row))
+            for number, line in enumerate(lines):
+                line.spark[index] += row[f"spark_{number}"] or 0
     return points
 
 
 def usage_report(
-    period: str, *, source: Source | None = None, now: datetime | None = None
+    period: str,
+    *,
+    source: Source | None = None,
+    now: datetime | None = None,
+    team: int | None = None,
+    server: str | None = None,
 ) -> UsageReport:
     """What the dashboard shows for `period` ("hour", "day", "month"): read from the raw records
-    for the last hour and from the rollup otherwise (`source` overrides; the benchmark compares)."""
+    for the last hour and from the rollup otherwise (`source` overrides; the benchmark compares);
+    narrowed to one `team` (its id, 0 for calls of no team) and/or one `server` (its slug) if
+    given. Eight queries whatever the number of rows: the filter's choices, teams, team names,
+    servers, tools, the series with every row's sparkline, failing tools, the rollup's state."""
     title, span = PERIODS[period]
     now = now or timezone.now()
     kind: Source = source or ("raw" if period == "hour" else "rollup")
     if period == "hour":
-        # Twelve five-minute bins ending now, from the raw records.
+        # Twelve five-minute bins ending now, from the raw records (read by the minute).
         step = timedelta(minutes=5)
         since = (now - span).replace(second=0, microsecond=0) + timedelta(minutes=1)
-        data = _Source(kind, since)
+        data = _Source(kind, since, team=team, server=server)
         bins = [since + step * i for i in range(12)]
-        series = _series(data.series(timedelta(minutes=1)), bins, step)
+        read_step = timedelta(minutes=1)
     elif period == "day":
         # Whole clock hours (UTC): the current one (as far as rolled up) and the 23 before it.
-        step = timedelta(hours=1)
+        step = read_step = timedelta(hours=1)
         since = _hour_floor(now) - span + step
-        data = _Source(kind, since)
-        series = _series(data.series(step), _bins(since, now, step), step)
+        data = _Source(kind, since, team=team, server=server)
+        bins = _bins(since, now, step)
     else:
         # Whole days (UTC), from the daily rows: today (as far as rolled up) and the 29 before.
-        step = timedelta(days=1)
+        step = read_step = timedelta(days=1)
         since = _hour_floor(now).replace(hour=0) - span + step
-        data = _Source(kind, since, daily=True)
-        series = _series(data.series(step), _bins(since, now, step), step)
+        data = _Source(kind, since, daily=True, team=team, server=server)
+        bins = _bins(since, now, step)
 
+    choices = data.choices()
     team_rows = data.grouped("g_team")
-    names = dict(
-        Team.objects.filter(pk__in=[r["g_team"] for r in team_rows]).values_list("pk", "name")
-    )
+    wanted = {pk for pk, _ in choices} | {r["g_team"] for r in team_rows} | {team or 0}
+    names = dict(Team.objects.filter(pk__in=wanted - {0}).values_list("pk", "name"))
+
+    def team_name(pk: int) -> str:
+        return names.get(pk, "(no team)" if not pk else f"team {pk}")
+
     window = {"started_at__gte": since.astimezone(UTC).isoformat(timespec="seconds")}
+    if team is not None:
+        window.update({"team__id__exact": str(team)} if team else {"team__isnull": "True"})
+    if server is not None:
+        window["server_slug"] = server
     teams = [
         Row(
-            label=names.get(r["g_team"], "(no team)" if not r["g_team"] else f"team {r['g_team']}"),
+            label=team_name(r["g_team"]),
             stats=Stats.of(r),
-            filters={**window, **({"team__id__exact": str(r["g_team"])} if r["g_team"] else {})},
+            filters={
+                **window,
+                **(
+                    {"team__id__exact": str(r["g_team"])}
+                    if r["g_team"]
+                    else {"team__isnull": "True"}
+                ),
+            },
+            key=r["g_team"],
         )
         for r in team_rows
     ]
@@ -440,6 +516,7 @@ def usage_report(
             label=r["server_slug"] or "(none)",
             stats=Stats.of(r),
             filters={**window, "server_slug": r["server_slug"]},
+            key=r["server_slug"],
         )
         for r in data.grouped("server_slug")
     ]
@@ -448,9 +525,19 @@ def usage_report(
             label=f"{r['server_slug']} / {r['tool_name']}",
             stats=Stats.of(r),
             filters={**window, "server_slug": r["server_slug"], "tool_name": r["tool_name"]},
+            key=r["server_slug"],
         )
         for r in data.grouped("server_slug", "tool_name")
     ]
+    # Every row's calls per bin, as conditional sums in the series' own query.
+    lines = [*teams, *servers, *tools]
+    wheres = [
+        *(data.of_team(int(row.key)) for row in teams),
+        *(Q(server_slug=row.key) for row in servers),
+        *(Q(server_slug=row.key, tool_name=row.filters["tool_name"]) for row in tools),
+    ]
+    extra = {f"spark_{n}": data.calls_where(where) for n, where in enumerate(wheres)}
+    series = _series(data.series(read_step, extra), bins, step, lines)
     failing = [
         Failing(
             server_slug=r["server_slug"],
@@ -465,6 +552,8 @@ def usage_report(
     for point in series:
         totals.add(point.stats)
     state = None if kind == "raw" else CallRollupState.objects.filter(pk=1).first()
+    chosen_teams = {pk for pk, _ in choices} | ({team} if team is not None else set())
+    chosen_servers = {slug for _, slug in choices} | ({server} if server is not None else set())
     return UsageReport(
         period=period,
         title=title,
@@ -478,4 +567,12 @@ def usage_report(
         series=series,
         step=step,
         rolled_up_at=state.ran_at if state else None,
+        team=team,
+        server=server,
+        team_label=team_name(team) if team is not None else "",
+        filters=window,
+        team_choices=sorted(
+            ((pk, team_name(pk)) for pk in chosen_teams), key=lambda c: (not c[0], c[1].lower())
+        ),
+        server_choices=sorted(chosen_servers),
     )

@@ -1,6 +1,7 @@
 """The admin's usage dashboard (`/admin/gateway/toolcall/usage/`): calls, errors, quota hits and
-p50/p95 latency per team, server and tool over the last hour, day or 30 days, with charts over
-time (uPlot, from our static files) and links into the filtered Tool calls list. Data:
+p50/p95 latency per team, server and tool over the last hour, day or 30 days, narrowed to one team
+and/or one server (`?team=`, `?server=`), with charts over time (uPlot, from our static files), a
+sparkline per row (inline SVG drawn here) and links into the filtered Tool calls list. Data:
 registry/gateway/usage.py."""
 
 from __future__ import annotations
@@ -38,6 +39,29 @@ def _line(stats: Stats, link: str | None = None, label: str = "") -> dict[str, A
     }
 
 
+SPARK_WIDTH, SPARK_HEIGHT = 96, 24
+
+
+def sparkline(values: list[int], step_label: str, title: str) -> dict[str, Any]:
+    """A row's calls per bin as an SVG polyline's points (0,0 top left; 1 px of margin), with
+    its text alternative: the period, the bin and the range of the numbers."""
+    top = max(values, default=0)
+    last = max(len(values) - 1, 1)
+    span_y = SPARK_HEIGHT - 2
+    points = " ".join(
+        f"{i * SPARK_WIDTH / last:.1f},{1 + span_y - (v / top * span_y if top else 0):.1f}"
+        for i, v in enumerate(values)
+    )
+    low = min(values, default=0)
+    return {
+        "points": points,
+        "width": SPARK_WIDTH,
+        "height": SPARK_HEIGHT,
+        "label": f"Calls per {step_label}, {title.lower()}: {len(values)} bins, "
+        f"from {low} to {top}, {values[-1] if values else 0} in the last",
+    }
+
+
 def _ms_value(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
@@ -63,6 +87,15 @@ def series_rows(points: list[Point], step_seconds: float) -> list[dict[str, Any]
     ]
 
 
+def _filter_of(request: HttpRequest) -> tuple[int | None, str | None]:
+    """The team (its id, 0 for calls of no team) and the server (its slug) the page is narrowed
+    to; a blank or malformed parameter narrows nothing."""
+    raw_team = request.GET.get("team", "").strip()
+    team = int(raw_team) if raw_team.isdigit() and len(raw_team) < 10 else None
+    server = request.GET.get("server", "").strip()[:80] or None
+    return team, server
+
+
 def usage_dashboard_view(
     model_admin: admin.ModelAdmin[ToolCall], request: HttpRequest
 ) -> HttpResponse:
@@ -72,17 +105,34 @@ def usage_dashboard_view(
     period = request.GET.get("period", "day")
     if period not in PERIODS:
         period = "day"
-    report = usage_report(period)
+    team, server = _filter_of(request)
+    report = usage_report(period, team=team, server=server)
     calls_url = reverse("admin:gateway_toolcall_changelist")
+    step = report.step.total_seconds()
+    step_label = {300: "5 minutes", 3600: "hour", 86400: "day"}.get(int(step), "bin")
 
-    def rows(items: list[Row]) -> list[dict[str, Any]]:
+    def here(**changes: Any) -> str:
+        """This page's address with the filter changed (None removes a parameter)."""
+        query = {"period": period, "team": team, "server": server, **changes}
+        return "?" + urlencode({k: v for k, v in query.items() if v is not None})
+
+    def rows(items: list[Row], narrow: str | None = None) -> list[dict[str, Any]]:
         return [
-            _line(item.stats, f"{calls_url}?{urlencode(item.filters)}", item.label)
+            {
+                **_line(item.stats, f"{calls_url}?{urlencode(item.filters)}", item.label),
+                "narrow": here(**{narrow: item.key}) if narrow else None,
+                "spark": sparkline(item.spark, step_label, report.title),
+            }
             for item in items
         ]
 
-    window = {"started_at__gte": report.since.astimezone(UTC).isoformat(timespec="seconds")}
-    step = report.step.total_seconds()
+    chips = []
+    if team is not None:
+        chips.append({"name": "Team", "value": report.team_label, "remove": here(team=None)})
+    if server is not None:
+        chips.append({"name": "Server", "value": server, "remove": here(server=None)})
+    teams = rows(report.teams, "team")
+
     failing = [
         {
             "tool": f"{f.server_slug} / {f.tool_name}",
@@ -92,7 +142,7 @@ def usage_dashboard_view(
             "link": f"{calls_url}?"
             + urlencode(
                 {
-                    **window,
+                    **report.filters,
                     "server_slug": f.server_slug,
                     "tool_name": f.tool_name,
                     "outcome": f.outcome,
@@ -107,16 +157,21 @@ def usage_dashboard_view(
         "title": f"Usage: {report.title.lower()}",
         "opts": model_admin.opts,
         "report": report,
-        "periods": [(key, label) for key, (label, _) in PERIODS.items()],
+        "periods": [(key, label, here(period=key)) for key, (label, _) in PERIODS.items()],
+        "chips": chips,
+        "team_choices": report.team_choices,
+        "server_choices": report.server_choices,
+        "chosen_team": team,
+        "chosen_server": server,
         "totals": _line(report.totals),
-        "teams": rows(report.teams),
-        "servers": rows(report.servers),
+        "teams": teams,
+        "servers": rows(report.servers, "server"),
         "tools": rows(report.tools),
-        "quota_teams": [row for row in rows(report.teams) if row["quota_hits"]],
+        "quota_teams": [row for row in teams if row["quota_hits"]],
         "failing": failing,
         "chart_series": chart_series(report.series, step),
         "series_rows": series_rows(report.series, step),
-        "step_label": {300: "5 minutes", 3600: "hour", 86400: "day"}.get(int(step), "bin"),
+        "step_label": step_label,
         "first_bin": report.series[0].start if report.series else None,
         "calls_url": calls_url,
     }

@@ -1,6 +1,8 @@
 """The admin's usage dashboard in Chromium: reached from the admin index, every period at 1280x800
 (no column cut off) and 390 px (no sideways scroll), its charts drawn by the vendored uPlot from
-our static files, its numbers table without script, and its links into the Tool calls list.
+our static files, a sparkline in every row, narrowed to a team and a server (a click on a name, the
+selects, chips that remove the filter), its numbers table without script, and its links into the
+Tool calls list.
 The page fixture fails each test on a console error or a 4xx/5xx answer."""
 
 from __future__ import annotations
@@ -61,6 +63,42 @@ def _charts_drawn(page: Page, width: int) -> list[dict[str, Any]]:
         assert abs(chart["canvas"] - chart["box"]) <= 1, chart
         assert chart["box"] <= width - 20, chart
     return charts
+
+
+# Each table row's sparkline: its polyline's points and its text alternative.
+SPARKS = """(table) => [...document.querySelectorAll(`#${table} tbody tr`)].map((row) => {
+  const svg = row.querySelector('svg.usage-spark');
+  const line = svg && svg.querySelector('polyline');
+  const box = svg ? svg.getBoundingClientRect() : { width: 0, height: 0 };
+  return {
+    label: svg ? svg.getAttribute('aria-label') : null,
+    title: svg && svg.querySelector('title') ? svg.querySelector('title').textContent : null,
+    points: line ? line.points.numberOfItems : 0,
+    width: box.width,
+    height: box.height,
+  };
+})"""
+
+
+def _sparklines_drawn(page: Page, bins: int) -> None:
+    """Every row of the team, server and tool tables has a sparkline of `bins` points, drawn
+    (not collapsed) and described in words."""
+    for table in ("usage-teams", "usage-servers", "usage-tools"):
+        sparks = page.evaluate(SPARKS, table)
+        assert sparks, table
+        for spark in sparks:
+            assert spark["points"] == bins, (table, spark)
+            assert spark["width"] >= 90, (table, spark)
+            assert spark["height"] >= 20, (table, spark)
+            assert re.search(r"from \d+ to \d+", spark["label"] or ""), spark
+            assert spark["title"] == spark["label"], spark
+
+
+def _fits(page: Page, width: int, what: str) -> None:
+    seen = page.evaluate(OVERFLOW)
+    assert seen["page"] <= width, f"{what} is {seen['page']} px wide at {width} px"
+    if width == 1280:
+        assert seen["cut"] == [], f"{what} cuts off columns at 1280 px: {seen['cut']}"
 
 
 def _calls() -> None:
@@ -126,10 +164,8 @@ def test_the_usage_dashboard_fits_both_screens_and_links_into_the_calls(admin_pa
             bins = {"Last hour": 12, "Last 24 hours": 24, "Last 30 days": 30}[period]
             expect(page.locator("#usage-series-table tbody tr")).to_have_count(bins)
             _charts_drawn(page, width)
-            seen = page.evaluate(OVERFLOW)
-            assert seen["page"] <= width, f"{period} is {seen['page']} px wide at {width} px"
-            if width == 1280:
-                assert seen["cut"] == [], f"{period} cuts off columns at 1280 px: {seen['cut']}"
+            _sparklines_drawn(page, bins)
+            _fits(page, width, period)
 
     # Without a reload, the charts follow the window from 390 px to 1280 px.
     narrow = [c["box"] for c in page.evaluate(CHARTS)]
@@ -140,8 +176,62 @@ def test_the_usage_dashboard_fits_both_screens_and_links_into_the_calls(admin_pa
         "box.querySelector('canvas').getBoundingClientRect().width - box.clientWidth) <= 1)",
         arg=narrow,
     )
-    page.locator("#usage-teams").get_by_role("link", name="Alpha").click()
+
+    # A team's name narrows the whole page to it: every table, the totals and the chart.
+    page.locator(".usage-periods").get_by_role("link", name="Last 24 hours").click()
+    expect(page.locator("#usage-chips")).to_have_count(0)
+    all_calls = int(page.locator("#usage-totals strong").first.inner_text())
+    page.locator("#usage-teams").get_by_role("link", name="Alpha", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/usage/\?period=day&team=\d+$"))
+    expect(page.locator("#usage-chips .usage-chip")).to_have_text(["Team: Alpha\u00d7"])
+    expect(page.locator("#usage-teams tbody tr")).to_have_count(1)
+    expect(page.locator("#usage-filter-team option:checked")).to_have_text("Alpha")
+    alpha_calls = int(page.locator("#usage-totals strong").first.inner_text())
+    assert 0 < alpha_calls < all_calls
+    charts = _charts_drawn(page, 1280)
+    assert (
+        sum(
+            int(cell)
+            for cell in page.locator(
+                "#usage-series-table tbody tr td:nth-child(2)"
+            ).all_text_contents()
+        )
+        == alpha_calls
+    ), charts
+    _sparklines_drawn(page, 24)
+    _fits(page, 1280, "the page narrowed to Alpha")
+
+    # A server chosen from its select narrows it further; the period keeps both.
+    page.locator("#usage-filter-server").select_option("files")
+    page.locator("#usage-filter").get_by_role("button", name="Filter").click()
+    expect(page.locator("#usage-chips .usage-chip")).to_have_text(
+        ["Team: Alpha\u00d7", "Server: files\u00d7"]
+    )
+    expect(page.locator("#usage-servers tbody tr")).to_have_count(1)
+    expect(page.locator("#usage-tools tbody tr td:first-child")).to_contain_text(
+        ["files / "] * page.locator("#usage-tools tbody tr").count()
+    )
+    both = int(page.locator("#usage-totals strong").first.inner_text())
+    assert 0 < both < alpha_calls
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.locator(".usage-periods").get_by_role("link", name="Last 30 days").click()
+    expect(page.locator("#usage-chips .usage-chip")).to_have_count(2)
+    _charts_drawn(page, 390)
+    _sparklines_drawn(page, 30)
+    _fits(page, 390, "the 30 days narrowed to Alpha and files")
+
+    # Removing the team's chip keeps the server's.
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.get_by_role("link", name="Remove the filter Team: Alpha").click()
+    expect(page.locator("#usage-chips .usage-chip")).to_have_text(["Server: files\u00d7"])
+    expect(page.locator("#usage-filter-team option:checked")).to_have_text("All teams")
+    assert page.locator("#usage-teams tbody tr").count() == 3
+    _fits(page, 1280, "the page narrowed to files")
+
+    # A team's number of calls opens the Tool calls list filtered to it (and to the server).
+    page.locator("#usage-teams tbody tr", has_text="Alpha").locator("td.num a").click()
     expect(page).to_have_url(re.compile(r"/admin/gateway/toolcall/\?.*team__id__exact="))
+    expect(page).to_have_url(re.compile(r"server_slug=files"))
     expect(page.locator("#result_list tbody tr").first).to_contain_text("Alpha")
 
 

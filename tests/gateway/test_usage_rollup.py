@@ -173,8 +173,8 @@ def test_a_run_after_downtime_catches_up_every_missed_hour():
 
 @pytest.mark.parametrize("period", ["day", "month"])
 def test_the_dashboard_reads_only_the_rollup_in_a_pinned_number_of_queries(period):
-    TeamFactory(slug="alpha")
-    _calls(200, start=NOW - timedelta(hours=10), hours=10, teams=[None])
+    alpha = TeamFactory(slug="alpha")
+    _calls(200, start=NOW - timedelta(hours=10), hours=10, teams=[alpha.pk, None])
     usage_rollup(now=NOW)
 
     with CaptureQueriesContext(connection) as queries:
@@ -182,8 +182,9 @@ def test_the_dashboard_reads_only_the_rollup_in_a_pinned_number_of_queries(perio
 
     statements = [q["sql"] for q in queries.captured_queries]
     assert not [sql for sql in statements if "gateway_toolcall" in sql], statements
-    # series, teams, team names, servers, tools, failing tools, the rollup's state
-    assert len(statements) == 7, statements
+    # the filter's choices, teams, team names, servers, tools, the series (with every row's
+    # sparkline), failing tools, the rollup's state
+    assert len(statements) == 8, statements
 
 
 def test_the_dashboard_page_shows_every_period_and_its_links_open_the_call_list(client, alice):
