@@ -442,7 +442,7 @@ def test_it_reports_required_servers_that_are_missing_or_unhealthy(api_client, c
 # --- Query counts ------------------------------------------------------------------------------
 
 
-def _catalogue_queries(api_client, token):
+def _catalogue_queries(api_client, token, seen_sql):
     api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.plain}")
     api_client.get(CATALOGUE)  # warm the token lookup and the version
     counts = []
@@ -451,20 +451,29 @@ def _catalogue_queries(api_client, token):
             response = api_client.get(CATALOGUE, {"format": "mcp", "category": ""} | {"x": "1"})
         assert response.status_code == 200
         counts.append(len(queries))
+        # What the queries were, for the assertion's message should a count differ (a rare extra
+        # one on a loaded machine was seen once and not explained).
+        seen_sql.append([query["sql"][:160] for query in queries.captured_queries])
     return tuple(counts), len(response.json()["tools"])
 
 
 @pytest.mark.exhaustive
 def test_the_catalogue_query_count_is_the_same_for_10_and_1000_servers(
-    api_client, committed, settings
+    api_client, committed, settings, monkeypatch
 ):
     from registry.servers.models import ApprovalState, McpServer, ReviewStatus, Tool
+    from registry.teams import tokens
 
     settings.TOOLROOM_CATALOGUE_CACHE_SECONDS = 0
+    # The token's last use reaches its row once a minute, on whichever request comes then: on a
+    # loaded machine the 1,000 servers' set-up can end just before the minute is up, and a counted
+    # request then makes that write (8 queries instead of 7). Only the first request writes here.
+    monkeypatch.setattr(tokens, "LAST_USED_FLUSH_SECONDS", 3600)
     with committed():
         team = TeamFactory(slug="big")
         token = AgentTokenFactory(team=team)
     counts = {}
+    seen: list[list[str]] = []
     for total in (10, 1000):
         servers = McpServer.objects.bulk_create(
             McpServer(
@@ -494,15 +503,15 @@ def test_the_catalogue_query_count_is_the_same_for_10_and_1000_servers(
         with committed():
             for server in servers:
                 GrantFactory(team=team, server=server)
-        counts[total] = _catalogue_queries(api_client, token)
+        counts[total] = _catalogue_queries(api_client, token, seen)
 
     assert counts[10][1] == 30
     assert counts[1000][1] == 3030
     # The role, the team's grants, the tools with their servers; and, while the tools are new to
     # the fragment store, one more for their definitions (on SQLite one per 999 of them).
     per_query = connection.features.max_query_params or 3030
-    assert counts[10][0] == (4, 3)
-    assert counts[1000][0] == (3 + -(-3030 // per_query), 3)
+    assert counts[10][0] == (4, 3), seen
+    assert counts[1000][0] == (3 + -(-3030 // per_query), 3), seen
 
 
 def test_a_renamed_server_is_renamed_in_the_very_next_response(api_client, committed, setup):
