@@ -18,7 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from registry.gateway import checks
 from registry.servers import services as server_services
-from registry.servers.models import McpServer, Tool, Transport
+from registry.servers.models import McpServer, ServerStatus, Tool, Transport
 from tests.discovery_helpers import discover_inline
 from tests.factories import McpServerFactory
 from tests.mcp_fixtures import free_port
@@ -134,10 +134,17 @@ def content_tried(url: str, token: str, *, resource: str, prompt: str) -> tuple[
     return anyio.run(run)
 
 
-def discovered_http_server(slug: str, url: str, *, approve: bool = True) -> McpServer:
+def discovered_http_server(
+    slug: str, url: str, *, approve: bool = True, protocol_version: str = ""
+) -> McpServer:
     """An approved Streamable HTTP server whose tools, resources and prompts were discovered from
-    the running server and approved (all of them, unless told otherwise)."""
+    the running server and approved (all of them, unless told otherwise). `protocol_version`: the
+    version an earlier discovery negotiated, which this one adopts (e.g. the handshake's)."""
     server = McpServerFactory(slug=slug, transport=Transport.STREAMABLE_HTTP, url=url, command=[])
+    if protocol_version:
+        ServerStatus.objects.update_or_create(
+            server=server, defaults={"protocol_version": protocol_version}
+        )
     server_services.server_submit_for_review(actor="test", server=server)
     server_services.server_approve(actor="test", server=server)
     discover_inline(server)

@@ -24,6 +24,11 @@ OFFICIAL_SERVER_SCHEMA = (
 OFFICIAL_META = "io.modelcontextprotocol.registry/official"
 TOOLROOM_META = "toolroom/catalogue"
 EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+# A tool listed but not callable through the gateway (e.g. a task-only tool): the native entry's
+# key, which an MCP entry's `_meta["toolroom/catalogue"]` carries too, and the words the portal
+# and an MCP entry's description start with.
+NOT_CALLABLE_KEY = "notCallableThroughGateway"
+NOT_CALLABLE_PREFIX = "Not callable through the gateway"
 
 
 PER_PERSON = frozenset({"person_oauth", "person_secret"})  # registry.servers.models.UpstreamAuth
@@ -91,6 +96,13 @@ def _description(tool: CatalogueTool, caller: Caller | None = None) -> str:
     return f"{text}\n\n{note}" if note else text
 
 
+def not_callable_description(tool: CatalogueTool) -> str:
+    """The description a client and its model read of a tool the gateway cannot call: it says so
+    and why first, then what the tool does."""
+    marked = f"{NOT_CALLABLE_PREFIX}: {tool.not_callable_reason}."
+    return f"{marked}\n\n{tool.description}" if tool.description else marked
+
+
 def gateway_url(public_url: str) -> str:
     """The team's MCP endpoint on the gateway: TOOLROOM_GATEWAY_URL, else `/mcp/` under the
     public URL (for a reverse proxy that sends it to the gateway)."""
@@ -128,7 +140,7 @@ def tool_entry_native(tool: CatalogueTool, caller: Caller | None = None) -> dict
         "permissionClass": tool.permission_class,
         "definitionHash": tool.definition_hash,
         # Listed, but the gateway cannot call it (the reason), e.g. a task-only tool; else null.
-        "notCallableThroughGateway": tool.not_callable_reason,
+        NOT_CALLABLE_KEY: tool.not_callable_reason,
         "serverHealth": tool.server_health,
         "unhealthy": tool.unhealthy,
         "accessExpiresAt": _iso(tool.access_expires_at),
@@ -175,9 +187,10 @@ def render_native(
 def tool_entry_mcp(tool: CatalogueTool, caller: Caller | None = None) -> dict[str, Any]:
     """One tool of a `tools/list` result; `_meta` says which server and tool a name stands for
     (and, for a per-person tool and a known caller, the caller's account mark)."""
+    reason = tool.not_callable_reason
     entry: dict[str, Any] = {
         "name": tool.name,
-        "description": tool.description,
+        "description": tool.description if reason is None else not_callable_description(tool),
         "inputSchema": _object_schema(tool.input_schema),
     }
     if tool.title:
@@ -186,11 +199,10 @@ def tool_entry_mcp(tool: CatalogueTool, caller: Caller | None = None) -> dict[st
         entry["outputSchema"] = tool.output_schema
     if tool.annotations:
         entry["annotations"] = tool.annotations
-    inner: dict[str, Any] = {
-        "server": tool.server_slug,
-        "tool": tool.tool_name,
-        "serverHealth": tool.server_health,
-    }
+    inner: dict[str, Any] = {"server": tool.server_slug, "tool": tool.tool_name}
+    if reason is not None:  # the native entry's key, there for every tool (null when callable)
+        inner[NOT_CALLABLE_KEY] = reason
+    inner["serverHealth"] = tool.server_health  # last but the account mark (fragments.py)
     mark = upstream_mark(tool.upstream_auth, tool.server_slug, caller)
     if mark is not None:
         inner["upstreamAccount"] = mark

@@ -175,13 +175,12 @@ def _static_part(fmt: str, tool: CatalogueTool, caller: Caller | None = None) ->
         return _dumps(entry)[:-1] + ',"serverHealth":'
     if fmt == "mcp":
         entry = tool_entry_mcp(tool)
-        meta = entry.pop("_meta")
-        assert list(meta[TOOLROOM_META]) == ["server", "tool", "serverHealth"]  # noqa: S101
-        inner = meta[TOOLROOM_META]
+        inner = entry.pop("_meta")[TOOLROOM_META]
+        assert list(inner)[-1] == "serverHealth"  # noqa: S101 (the per-request value comes last)
+        del inner["serverHealth"]
         return (
             _dumps(entry)[:-1]
-            + f',"_meta":{{{_dumps(TOOLROOM_META)}:{{"server":{_dumps(inner["server"])},'
-            + f'"tool":{_dumps(inner["tool"])},"serverHealth":'
+            + f',"_meta":{{{_dumps(TOOLROOM_META)}:{_dumps(inner)[:-1]},"serverHealth":'
         )
     if fmt == "openai":
         return _dumps(tool_entry_openai(tool, caller))

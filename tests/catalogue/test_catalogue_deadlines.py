@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from registry.catalogue.formats import tool_entry_native
+from registry.catalogue.formats import render_mcp, tool_entry_native
 from registry.catalogue.fragments import FragmentStore, tools_document_body
 from registry.catalogue.selectors import catalogue_for_agent
 from registry.gateway.checks import call_check
@@ -119,6 +119,21 @@ def test_a_tool_that_must_be_called_as_a_task_is_marked_not_callable(
         fmt="native", team_id=team.pk, role_id=role.pk, version=1, store=FragmentStore()
     )
     assert json.loads(body)["tools"] == plain
+    # The MCP list (the gateway's tools/list) says so in the description and in `_meta`, in the
+    # fragment build as in the plain one.
+    listed = render_mcp(catalogue_for_agent(team_id=team.pk, role_id=role.pk))
+    body = tools_document_body(
+        fmt="mcp", team_id=team.pk, role_id=role.pk, version=1, store=FragmentStore()
+    )
+    assert json.loads(body) == listed
+    entries = {entry["name"]: entry for entry in listed["tools"]}
+    marked_entry = entries["research__research_query"]
+    assert marked_entry["description"].startswith(f"Not callable through the gateway: {marked}.")
+    assert marked_entry["_meta"]["toolroom/catalogue"]["notCallableThroughGateway"] == marked
+    assert (
+        "notCallableThroughGateway"
+        not in entries["research__quick_search"]["_meta"]["toolroom/catalogue"]
+    )
 
     client.force_login(dave)
     page = client.get("/portal/").content.decode()

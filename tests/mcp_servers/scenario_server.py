@@ -179,6 +179,15 @@ async def _chatty(ctx: Any, arguments: dict[str, Any]) -> str:
     return "logged"
 
 
+TASK_TOOL = {
+    "name": "research",
+    "description": "Research a question at length (it must be called as a task).",
+    "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}},
+    "annotations": {"readOnlyHint": True},
+    "execution": {"taskSupport": "required"},
+}
+
+
 PROGRESS_TOOL = {
     "name": "countdown",
     "description": "Count `steps` steps of `pause` seconds, reporting progress after each "
@@ -238,6 +247,8 @@ def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
         tools.append(PROGRESS_TOOL)
     if args.log:
         tools.append(LOG_TOOL)
+    if args.task_tool:
+        tools.append(TASK_TOOL)
     if args.leak_secret:
         tools.extend(LEAK_TOOLS)
     if args.tool_count:
@@ -357,6 +368,8 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             text = "remembered"
         elif params.name == "recall" and args.memory:
             text = ",".join(_memory)
+        elif params.name == "research" and args.task_tool:  # reached: nobody refused it
+            text = "researched without a task"
         elif params.name == "sleep":
             await anyio.sleep(float(arguments.get("seconds", 0)))
             text = "slept"
@@ -500,6 +513,9 @@ def main() -> None:
     )
     parser.add_argument("--log", action="store_true", help="add a chatty tool that logs")
     parser.add_argument("--progress", action="store_true", help="add a countdown tool")
+    parser.add_argument(
+        "--task-tool", action="store_true", help="add a research tool that must be a task"
+    )
     parser.add_argument("--templates", action="store_true", help="offer a resource template")
     parser.add_argument(
         "--items-file", help='JSON {"resource": ..., "prompt": ...}: descriptions, read per list'

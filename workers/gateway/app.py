@@ -206,6 +206,7 @@ def build_gateway_app() -> Starlette:
         max_sessions=settings.TOOLROOM_GATEWAY_MAX_SESSIONS,
     )
     manager.stream_watch = gateway_server.stream_watch
+    manager.log_level_seen = gateway_server.log_levels.set  # a level set on another replica
     gateway_server.connection_of = manager.connections.get
     # 2026-07-28 tool calls: SSE when the call has something to say before its result (progress;
     # a call that says nothing within the SDK's deferral window is still answered as JSON).

@@ -58,7 +58,7 @@ from workers.gateway.questions import (
 from workers.gateway.quotas import quota_mcp_error
 from workers.gateway.registry_calls import cached_or_in_thread as _cached_or_in_thread
 from workers.gateway.search_tools import meta_call
-from workers.gateway.shared_sessions import SessionStore
+from workers.gateway.shared_sessions import STORE_ERRORS, SessionStore
 from workers.gateway.subscriptions import TeamListen
 from workers.gateway.upstream import Gateway
 
@@ -159,6 +159,7 @@ class GatewayServer:
 
     def __init__(self, gateway: Gateway, sessions: SessionStore | None = None) -> None:
         self.gateway = gateway
+        self.sessions = sessions
         self.list_changed = ListChanged(sessions)
         self._lists: VersionedCache[str, types.ListToolsResult] = VersionedCache(
             "parsed tools lists", limit=_LISTS_MAX
@@ -178,11 +179,19 @@ class GatewayServer:
     async def set_logging_level(
         self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
     ) -> types.EmptyResult:
-        """A handshake client asks for log messages at `params.level` or above (progress.py)."""
+        """A handshake client asks for log messages at `params.level` or above (progress.py):
+        kept here and with the session's record, so a call on any replica relays them."""
         request = ctx.request
         session_id = request.headers.get("mcp-session-id", "") if request is not None else ""
         if session_id:
             self.log_levels.set(session_id, params.level)
+            if self.sessions is not None:
+                try:
+                    await self.sessions.set_log_level(session_id, params.level)
+                except STORE_ERRORS as exc:  # this replica still relays them
+                    logger.warning(
+                        "log level of session %s kept here only: %s", session_id[:12], exc
+                    )
         return types.EmptyResult()
 
     def _build(self) -> Server[Any]:

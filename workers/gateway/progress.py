@@ -112,8 +112,9 @@ current_caller_log: contextvars.ContextVar[CallLog | None] = contextvars.Context
 
 
 class SessionLogLevels:
-    """The level each handshake session asked for with `logging/setLevel`, in this process
-    (bounded: the oldest sessions are forgotten first)."""
+    """The level each handshake session asked for with `logging/setLevel`, in this process: set
+    here, or read with the session's record when it was set on another replica
+    (shared_sessions.py). Bounded: the oldest sessions are forgotten first."""
 
     def __init__(self, limit: int = 65_536) -> None:
         self.limit = limit

@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import uuid4
 
@@ -65,6 +65,9 @@ class SessionRecord:
     owner: dict[str, Any] | None  # the SDK's AuthorizationContext of the opening request
     protocol_version: str
     client_params: dict[str, Any] | None  # the InitializeRequestParams, by alias
+    # The level its client set with `logging/setLevel`: kept beside the record (`<record>:log`,
+    # which `touch` reads with it), not in it, so that setting it rewrites nothing else.
+    log_level: str | None = None
 
     def dumps(self) -> str:
         return json.dumps(
@@ -131,15 +134,31 @@ class SessionStore:
         async with self._guarded():
             await self.client.set(self.key(session_id), record.dumps(), ex=self.ttl)
 
+    def keys(self, session_id: str) -> list[str]:
+        """The record's key and those kept beside it: what its client was told, where its GET
+        stream is open (session_relay.py), the log level its client set."""
+        key = self.key(session_id)
+        return [key, key + ":told", key + ":stream", key + ":log"]
+
     async def touch(self, session_id: str) -> SessionRecord | None:
-        """The session's record, its time-to-live renewed (one round trip); None: no session."""
+        """The session's record (with its log level), its time-to-live renewed (one round
+        trip); None: no session."""
+        keys = self.keys(session_id)
         async with self._guarded(), self.client.pipeline(transaction=False) as pipe:
-            pipe.get(self.key(session_id))
-            pipe.expire(self.key(session_id), self.ttl)
-            pipe.expire(self.told_key(session_id), self.ttl)
-            pipe.expire(self.key(session_id) + ":stream", self.ttl)
-            raw, *_ = await pipe.execute()
-        return SessionRecord.loads(raw) if raw is not None else None
+            pipe.get(keys[0])
+            pipe.get(keys[3])
+            for key in keys:
+                pipe.expire(key, self.ttl)
+            raw, level, *_ = await pipe.execute()
+        if raw is None:
+            return None
+        record = SessionRecord.loads(raw)
+        return replace(record, log_level=level.decode()) if level is not None else record
+
+    async def set_log_level(self, session_id: str, level: str) -> None:
+        """The level the session's client set (`logging/setLevel`), for every replica."""
+        async with self._guarded():
+            await self.client.set(self.keys(session_id)[3], level, ex=self.ttl)
 
     def told_key(self, session_id: str) -> str:
         return self.key(session_id) + ":told"
@@ -160,15 +179,13 @@ class SessionStore:
             return
         async with self._guarded(), self.client.pipeline(transaction=False) as pipe:
             for session_id in session_ids:
-                pipe.expire(self.key(session_id), self.ttl)
-                pipe.expire(self.told_key(session_id), self.ttl)
-                pipe.expire(self.key(session_id) + ":stream", self.ttl)
+                for key in self.keys(session_id):
+                    pipe.expire(key, self.ttl)
             await pipe.execute()
 
     async def delete(self, session_id: str) -> None:
         async with self._guarded():
-            key = self.key(session_id)
-            await self.client.delete(key, self.told_key(session_id), key + ":stream")
+            await self.client.delete(*self.keys(session_id))
 
     def relay(self) -> Relay:
         """This replica's channel to the others (session_relay.py), on the same Redis."""
@@ -232,6 +249,8 @@ class SharedSessionManager(StreamableHTTPSessionManager):
         # Run while a session's GET stream is open in this process (session id, the GET's
         # scope, the session's connection); ended when the stream ends.
         self.stream_watch: Callable[[str, Scope, Connection], Awaitable[None]] | None = None
+        # Told the log level a session's record holds, before the request is served here.
+        self.log_level_seen: Callable[[str, str], None] | None = None
         # What replicas pass each other (questions to the GET stream, answers to the asker).
         self.relay = store.relay() if store is not None else None
         self.writers: dict[str, WriteStream[SessionMessage]] = {}  # the transports' own
@@ -289,6 +308,8 @@ class SharedSessionManager(StreamableHTTPSessionManager):
                 if refusal is not None:
                     await refusal(scope, receive, send)
                     return
+            if record.log_level is not None and self.log_level_seen is not None:
+                self.log_level_seen(session_id, record.log_level)
         relay = self.relay if store is not None else None
         if relay is not None and scope.get("method") == "POST":
             body, receive = await buffered_body(receive)
