@@ -52,7 +52,7 @@ class ExplainQuerySerializer(serializers.Serializer[Any]):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if len(attrs) != 1:
-            raise serializers.ValidationError("Name one tool, resource or prompt.")
+            raise serializers.ValidationError({"tool": ["Name one tool, resource or prompt."]})
         return attrs
 
 
