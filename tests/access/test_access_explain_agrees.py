@@ -155,8 +155,10 @@ worlds = st.fixed_dictionaries(
 )
 
 
-def build_world(world: dict[str, Any]) -> dict[str, Any]:
-    """Make the world through the services (states only workers write are set as they would)."""
+def build_world(world: dict[str, Any], *, with_items: bool = False) -> dict[str, Any]:
+    """Make the world through the services (states only workers write are set as they would);
+    `with_items`: each server's resource, resource template and prompt too."""
+    items = item_definitions if with_items else lambda **_: {}
     servers = {}
     for slug in SERVERS:
         server = server_services.server_create(
@@ -168,7 +170,7 @@ def build_world(world: dict[str, Any]) -> dict[str, Any]:
             trust_tier=TrustTier.BUILTIN,
         )
         definitions = [tool_definition(t, annotations=a) for t, a in TOOLS.items()]
-        tool_sync.server_tools_sync(server=server, tools=definitions, **item_definitions())
+        tool_sync.server_tools_sync(server=server, tools=definitions, **items())
         server_services.server_submit_for_review(actor="test", server=server)
         if world["servers"][slug] != "pending_review":
             server_services.server_approve(actor="test", server=server)
@@ -190,16 +192,14 @@ def build_world(world: dict[str, Any]) -> dict[str, Any]:
                 relisted.append(tool_definition(name, annotations=hints, description="Now worse."))
             elif state != "removed":
                 relisted.append(tool_definition(name, annotations=hints))
-        for key in ITEMS:
+        for key in ITEMS if with_items else ():
             state = world["items"][(slug, key)]
             if state in {"approved", "changed"}:
                 server_services.item_approve(actor="test", item=server_item(server, key))
             elif state == "hidden":
                 server_services.item_hide(actor="test", item=server_item(server, key))
         changed = frozenset(key for key in ITEMS if world["items"][(slug, key)] == "changed")
-        tool_sync.server_tools_sync(
-            server=server, tools=relisted, **item_definitions(changed=changed)
-        )
+        tool_sync.server_tools_sync(server=server, tools=relisted, **items(changed=changed))
         if world["servers"][slug] == "suspended":
             server_services.server_suspend(actor="test", server=server, reason="test")
         server_gateway_policy_set(actor="test", server=server, mode=world["mode"][slug])
@@ -309,7 +309,7 @@ def test_the_item_explanation_agrees_with_the_gateway(world, local_cache):
     cache.clear()
     forget_all()
     with transaction.atomic():
-        teams = build_world(world)
+        teams = build_world(world, with_items=True)
         codes: set[str] = set()
         for team in teams.values():
             for role in team.roles.all():

@@ -53,10 +53,11 @@ def world(committed):
 
 def item_of(server, *, uri=None, prompt=None, approve=True, hide=False):
     """A resource (or prompt) as discovery stores it, approved (or awaiting approval, or hidden)."""
-    if uri is not None:
-        item = ServerResource(server=server, uri=uri, name=uri.rsplit("/", 1)[-1])
-    else:
-        item = ServerPrompt(server=server, name=prompt)
+    item: ServerResource | ServerPrompt = (
+        ServerResource(server=server, uri=uri, name=uri.rsplit("/", 1)[-1])
+        if uri is not None
+        else ServerPrompt(server=server, name=prompt)
+    )
     item.refresh_definition_hash()
     item.save()
     if hide:
