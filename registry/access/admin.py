@@ -1,7 +1,7 @@
 """The access rules' admin views on a team's page (contributed to the team admin, which imports
-nothing of the access rules): "Why not?", which explains the team's access to one tool, by name,
-for each of its roles, and "Private-data ratchet", which shows the team's marks and resets them
-(audited)."""
+nothing of the access rules): "Why not?", which explains the team's access to one tool, resource
+or prompt, by name, for each of its roles, and "Private-data ratchet", which shows the team's
+marks and resets them (audited)."""
 
 from __future__ import annotations
 
@@ -10,23 +10,46 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
-from registry.access.explain import access_explain, tool_by_name, tool_names_to_pick
+from registry.access.explain import (
+    AccessExplanation,
+    access_explain,
+    tool_by_name,
+    tool_names_to_pick,
+)
+from registry.access.explain_items import (
+    ITEM_KINDS,
+    item_by_name,
+    item_explain,
+    item_names_to_pick,
+)
 from registry.access.private_data import RatchetUnavailable, private_data_marks, private_data_reset
 from registry.teams.admin import TeamAdmin
 
 
 def why_not_view(team_admin: TeamAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
-    """ "Why not?": the team's access to one tool, by name, for each of its roles."""
+    """ "Why not?": the team's access to one tool, resource or prompt (`?tool=`, `?resource=`,
+    `?prompt=`: its agents' name), for each of its roles."""
     team = team_admin.get_object(request, object_id)
     if team is None or not team_admin.has_view_permission(request, team):
         raise PermissionDenied
-    name = request.GET.get("tool", "").strip()[:200]
-    tool = tool_by_name(name=name) if name else None
-    explanations = (
-        [access_explain(team=team, role=role, tool=tool) for role in team.roles.order_by("name")]
-        if tool is not None
-        else []
+    kind, name = next(
+        ((kind, value) for kind in ("tool", *ITEM_KINDS) if (value := request.GET.get(kind))),
+        ("tool", ""),
     )
+    name = name.strip()[:2000]
+    roles = list(team.roles.order_by("name"))
+    explanations: list[AccessExplanation] = []
+    found = False
+    if name and kind == "tool":
+        tool = tool_by_name(name=name)
+        found = tool is not None
+        if tool is not None:
+            explanations = [access_explain(team=team, role=role, tool=tool) for role in roles]
+    elif name:
+        item = item_by_name(kind=kind, name=name)
+        found = item is not None
+        if item is not None:
+            explanations = [item_explain(team=team, role=role, item=item) for role in roles]
     return TemplateResponse(
         request,
         "admin/access/team_explain.html",
@@ -35,10 +58,13 @@ def why_not_view(team_admin: TeamAdmin, request: HttpRequest, object_id: str) ->
             "opts": team_admin.opts,
             "title": f"Why not? Access of {team}",
             "team": team,
+            "kind": kind,
             "name": name,
-            "error": f"No tool is named '{name}'." if name and tool is None else "",
+            "error": f"No {kind} is named '{name}'." if name and not found else "",
             "explanations": explanations,
             "tool_names": tool_names_to_pick(),
+            "resource_names": item_names_to_pick(kind="resource"),
+            "prompt_names": item_names_to_pick(kind="prompt"),
         },
     )
 

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from registry.access.grant_facts import access_ends
 from registry.access.rule_types import (
+    Kind,
     Moment,
     Stage,
     ToolFacts,
@@ -113,12 +114,13 @@ class AccessExplanation:
     team_slug: str
     role_id: int
     role_name: str
-    tool_id: int
-    tool_name: str
+    tool_id: int  # the tool's, or the resource's or prompt's (kind)
+    tool_name: str  # as the server names it (a resource: its URI)
     server_slug: str
-    name: str  # namespaced: what agents call it
+    name: str  # namespaced: what agents call it (a resource: its toolroom:// URI)
     at: datetime
     rules: tuple[RuleResult, ...]
+    kind: str = Kind.TOOL  # tool, resource or prompt
 
     @property
     def first_failure(self) -> RuleResult | None:
@@ -153,7 +155,8 @@ class AccessExplanation:
             "team": self.team_slug,
             "role": self.role_name,
             "server": self.server_slug,
-            "tool": self.tool_name,
+            "kind": self.kind,
+            self.kind: self.tool_name,
             "at": self.at.isoformat(),
             "verdict": self.verdict,
             "in_catalogue": self.in_catalogue,
@@ -220,7 +223,7 @@ def _rows_for(tools: Sequence[Tool]) -> list[_ToolRows]:
     return rows
 
 
-def _grants(team_filter: Q, server_ids: Iterable[int] | None) -> list[Grant]:
+def grants_with_requests(team_filter: Q, server_ids: Iterable[int] | None) -> list[Grant]:
     """Every grant (active or not) of these teams on these servers (None: on any), with the
     access requests they came from."""
     if server_ids is not None:
@@ -239,7 +242,7 @@ def _grants(team_filter: Q, server_ids: Iterable[int] | None) -> list[Grant]:
     )
 
 
-def _is_active(grant: Grant, at: datetime) -> bool:
+def grant_is_active(grant: Grant, at: datetime) -> bool:
     return grant.revoked_at is None and (grant.expires_at is None or grant.expires_at > at)
 
 
@@ -259,9 +262,11 @@ def _record(
         role=role,
         policy=rows.policy,
         approval=rows.approval,
-        applying=[g for g in covering if g.role_id in (None, role.pk) and _is_active(g, at)],
-        other_roles=[g for g in covering if g.role_id not in (None, role.pk) and _is_active(g, at)],
-        lapsed=[g for g in covering if g.role_id in (None, role.pk) and not _is_active(g, at)],
+        applying=[g for g in covering if g.role_id in (None, role.pk) and grant_is_active(g, at)],
+        other_roles=[
+            g for g in covering if g.role_id not in (None, role.pk) and grant_is_active(g, at)
+        ],
+        lapsed=[g for g in covering if g.role_id in (None, role.pk) and not grant_is_active(g, at)],
         at=at,
         hide_unhealthy=hide_unhealthy,
         caller=caller,
@@ -271,7 +276,9 @@ def _record(
 def tool_facts_of(record: ToolRecord) -> ToolFacts:
     """The facts the rules decide on, as the explanation's rows give them."""
     tool = record.tool
-    health, circuit = server_health_and_circuit(tool)
+    if tool is None:
+        raise ValueError("Not the record of a tool.")
+    health, circuit = server_health_and_circuit(tool.server)
     ends = access_ends([grant.expires_at for grant in record.applying])
     return ToolFacts(
         name=namespaced_tool_name(tool.server.slug, tool.name),
@@ -313,7 +320,26 @@ def _evaluate(
         caller=caller,
     )
     facts = tool_facts_of(record)
-    moment = Moment(now=at.timestamp(), caller=caller)
+    results = rule_results(record, facts)
+    tool = rows.tool
+    return AccessExplanation(
+        team_id=team.pk,
+        team_slug=team.slug,
+        role_id=role.pk,
+        role_name=role.name,
+        tool_id=tool.pk,
+        tool_name=tool.name,
+        server_slug=tool.server.slug,
+        name=facts.name,
+        at=at,
+        rules=results,
+    )
+
+
+def rule_results(record: ToolRecord, facts: ToolFacts) -> tuple[RuleResult, ...]:
+    """Every rule, in order, evaluated on the facts and explained from the record: the one
+    evaluation of a tool's, a resource's and a prompt's explanation."""
+    moment = Moment(now=record.at.timestamp(), caller=record.caller)
     results = []
     for rule in TOOL_RULES:
         refusal = rule.refuse(facts, moment)
@@ -327,19 +353,7 @@ def _evaluate(
                 facts=explanation.facts,
             )
         )
-    tool = rows.tool
-    return AccessExplanation(
-        team_id=team.pk,
-        team_slug=team.slug,
-        role_id=role.pk,
-        role_name=role.name,
-        tool_id=tool.pk,
-        tool_name=tool.name,
-        server_slug=tool.server.slug,
-        name=facts.name,
-        at=at,
-        rules=tuple(results),
-    )
+    return tuple(results)
 
 
 def access_explain(
@@ -359,7 +373,7 @@ def access_explain(
         raise ValueError("The role is not one of the team's roles.")
     now = at or timezone.now()
     [rows] = _rows_for(_tools_with_facts(Q(pk=tool.pk)))
-    grants = _grants(Q(team_id=team.pk), [rows.tool.server_id])
+    grants = grants_with_requests(Q(team_id=team.pk), [rows.tool.server_id])
     return _evaluate(
         rows,
         team=team,
@@ -376,7 +390,7 @@ def tool_access_overview(*, tool: Tool, at: datetime | None = None) -> list[Acce
     now = at or timezone.now()
     [rows] = _rows_for(_tools_with_facts(Q(pk=tool.pk)))
     roles = list(TeamRole.objects.select_related("team").order_by("team__slug", "name"))
-    grants = _grants(Q(), [rows.tool.server_id])
+    grants = grants_with_requests(Q(), [rows.tool.server_id])
     by_team: dict[int, list[Grant]] = {}
     for grant in grants:
         by_team.setdefault(grant.team_id, []).append(grant)
@@ -403,8 +417,8 @@ def team_access_report(
     With `only_usable` (the default) only the tools in the role's catalogue are kept.
     """
     now = at or timezone.now()
-    grants = _grants(Q(team_id=team.pk), None)
-    active = [grant for grant in grants if _is_active(grant, now)]
+    grants = grants_with_requests(Q(team_id=team.pk), None)
+    active = [grant for grant in grants if grant_is_active(grant, now)]
     server_ids = {grant.server_id for grant in active if grant.tool_id is None}
     tool_ids = {grant.tool_id for grant in active if grant.tool_id is not None}
     if not active:
@@ -449,7 +463,7 @@ def access_request_blockers(
     A request already decided or withdrawn is explained as things stand, without that grant."""
     now = at or timezone.now()
     team = request.team
-    grants = _grants(Q(team_id=team.pk), [request.server_id])
+    grants = grants_with_requests(Q(team_id=team.pk), [request.server_id])
     if request.state == AccessRequestState.PENDING:
         grants.append(_hypothetical_grant(request, at=now))
     tool_filter = (

@@ -11,7 +11,14 @@ from enum import StrEnum
 from typing import Any
 
 from registry.servers.gateway_policy import ServerGatewayPolicy
-from registry.servers.models import ItemReview, Tool, ToolApproval
+from registry.servers.models import (
+    ItemReview,
+    McpServer,
+    ServerPrompt,
+    ServerResource,
+    Tool,
+    ToolApproval,
+)
 from registry.teams.callers import Caller
 from registry.teams.models import Grant, TeamRole
 
@@ -81,10 +88,10 @@ class Refusal:
 
 @dataclass(frozen=True)
 class ToolRecord:
-    """The rows the explanation loaded for one tool and one team role: what its facts come from,
-    and what each rule's explanation shows."""
+    """The rows the explanation loaded for one tool (or a server's resource or prompt, the item)
+    and one team role: what its facts come from, and what each rule's explanation shows."""
 
-    tool: Tool  # with its server and the server's status
+    tool: Tool | None  # with its server and the server's status; None for an item
     role: TeamRole
     policy: ServerGatewayPolicy | None
     approval: ToolApproval | None  # the active one, else the latest ended one
@@ -94,6 +101,22 @@ class ToolRecord:
     at: datetime
     hide_unhealthy: bool
     caller: Caller | None  # whose private-data marks the ratchet checks (None: a team role's)
+    # A resource (or resource template) or prompt, with its server and the server's status; its
+    # grants are those of its whole server, and it has no approval history (its review is its own).
+    item: ServerResource | ServerPrompt | None = None
+
+    @property
+    def server(self) -> McpServer:
+        subject = self.tool if self.tool is not None else self.item
+        if subject is None:
+            raise ValueError("A record is of a tool or of an item.")
+        return subject.server
+
+    @property
+    def kind(self) -> str:
+        if self.tool is not None:
+            return Kind.TOOL
+        return Kind.RESOURCE if isinstance(self.item, ServerResource) else Kind.PROMPT
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from registry.access import item_explanations
 from registry.access.grant_facts import access_ends, grant_facts, iso
 from registry.access.private_data import RatchetUnavailable, private_data_seen
 from registry.access.rule_types import (
@@ -28,8 +29,8 @@ from registry.servers.models import (
     CircuitState,
     Health,
     ItemReview,
+    McpServer,
     ReviewStatus,
-    Tool,
     UpstreamAuth,
 )
 from registry.teams.callers import Caller, PersonIdentity
@@ -149,6 +150,8 @@ def _grant_explain(record: ToolRecord, refusal: Refusal | None) -> Explanation:
         reason = f"The team's grant covers the role(s) {names} only, not '{role.name}'."
     elif lapsed:
         reason = f"The team's grant {'was revoked' if lapsed[0].revoked_at else 'has expired'}."
+    elif record.item is not None:
+        reason = "The team holds no grant of the whole server (a tool's grant covers no item)."
     else:
         reason = "The team holds no grant of this tool or of its server."
     return Explanation(reason, facts)
@@ -165,6 +168,8 @@ def _offered_refuse(facts: ToolFacts, moment: Moment) -> Refusal | None:
 
 def _offered_explain(record: ToolRecord, refusal: Refusal | None) -> Explanation:
     tool = record.tool
+    if tool is None:
+        return item_explanations.offered(record)
     facts = {"removed_at": iso(tool.removed_at), "last_seen_at": iso(tool.last_seen_at)}
     if refusal is not None:
         return Explanation("The server no longer offers this tool.", facts)
@@ -186,7 +191,7 @@ def _review_refuse(facts: ToolFacts, moment: Moment) -> Refusal | None:
 
 
 def _review_explain(record: ToolRecord, refusal: Refusal | None) -> Explanation:
-    server = record.tool.server
+    server = record.server
     facts = {
         "review_status": server.review_status,
         "review_note": server.review_note,
@@ -248,6 +253,8 @@ def _item_approval_refuse(facts: ToolFacts) -> Refusal | None:
 
 def _approval_explain(record: ToolRecord, refusal: Refusal | None) -> Explanation:
     tool, approval = record.tool, record.approval
+    if tool is None:
+        return item_explanations.approval(record, refusal)
     matches = bool(tool.approved_definition_hash) and (
         tool.approved_definition_hash == tool.definition_hash
     )
@@ -300,6 +307,8 @@ def _role_refuse(facts: ToolFacts, moment: Moment) -> Refusal | None:
 
 def _role_explain(record: ToolRecord, refusal: Refusal | None) -> Explanation:
     tool, role = record.tool, record.role
+    if tool is None:
+        return item_explanations.role_class(record, refusal)
     classes = role.permission_classes
     facts = {
         "tool_class": tool.permission_class,
@@ -322,9 +331,9 @@ def _role_explain(record: ToolRecord, refusal: Refusal | None) -> Explanation:
 # --- health: the server is not hidden for being unhealthy (catalogue) ------------------------
 
 
-def server_health_and_circuit(tool: Tool) -> tuple[str, str]:
+def server_health_and_circuit(server: McpServer) -> tuple[str, str]:
     """The server's health and circuit as the rules read them (no status row: unknown, closed)."""
-    status = getattr(tool.server, "status", None)
+    status = getattr(server, "status", None)
     if status is None:
         return Health.UNKNOWN, CircuitState.CLOSED
     return status.health or Health.UNKNOWN, status.circuit_state
@@ -340,8 +349,8 @@ def _health_refuse(facts: ToolFacts, moment: Moment) -> Refusal | None:
 
 
 def _health_explain(record: ToolRecord, refusal: Refusal | None) -> Explanation:
-    health, _ = server_health_and_circuit(record.tool)
-    status = getattr(record.tool.server, "status", None)
+    health, _ = server_health_and_circuit(record.server)
+    status = getattr(record.server, "status", None)
     facts = {
         "health": health,
         "hide_unhealthy": record.hide_unhealthy,
@@ -367,7 +376,7 @@ def _mode_refuse(facts: ToolFacts, moment: Moment) -> Refusal | None:
 
 
 def _mode_explain(record: ToolRecord, refusal: Refusal | None) -> Explanation:
-    policy, server = record.policy, record.tool.server
+    policy, server = record.policy, record.server
     mode = policy.mode if policy else GatewayMode.ON_DEMAND
     facts = {
         "mode": str(mode),
@@ -395,8 +404,8 @@ def _circuit_refuse(facts: ToolFacts, moment: Moment) -> Refusal | None:
 
 
 def _circuit_explain(record: ToolRecord, refusal: Refusal | None) -> Explanation:
-    _, circuit = server_health_and_circuit(record.tool)
-    status = getattr(record.tool.server, "status", None)
+    _, circuit = server_health_and_circuit(record.server)
+    status = getattr(record.server, "status", None)
     facts = {
         "circuit_state": circuit,
         "opened_at": iso(status.circuit_opened_at) if status else None,
@@ -441,6 +450,8 @@ def _ratchet_refuse(facts: ToolFacts, moment: Moment) -> Refusal | None:
 
 def _ratchet_explain(record: ToolRecord, refusal: Refusal | None) -> Explanation:
     tool = record.tool
+    if tool is None:
+        return item_explanations.ratchet(record)
     applies = tool.permission_class == "connect"
     facts = {
         "applies_to_tool": applies,
@@ -495,7 +506,7 @@ def _upstream_refuse(facts: ToolFacts, moment: Moment) -> Refusal | None:
 
 
 def _upstream_explain(record: ToolRecord, refusal: Refusal | None) -> Explanation:
-    mode = record.tool.server.upstream_auth
+    mode = record.server.upstream_auth
     facts = {"upstream_auth": mode}
     if mode == UpstreamAuth.PERSON_SECRET:
         return Explanation(

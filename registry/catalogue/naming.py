@@ -1,4 +1,5 @@
-"""Namespaced tool names: legal in every output format, stable, collision-free, reversible.
+"""Namespaced names: tools' and prompts' (legal in every output format, stable, collision-free,
+reversible) and resources' URIs.
 
 More: docs/catalogue.md, "Module notes".
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from urllib.parse import quote, unquote
 
 MAX_NAME_LENGTH = 64
 SEPARATOR = "__"
@@ -50,3 +52,34 @@ def plain_name_parts(name: str) -> tuple[str, str] | None:
     if not tool or namespaced_tool_name(slug, tool) != name:
         return None
     return slug, tool
+
+
+# A server's resource, as agents see it through the gateway: toolroom://<slug>/<its URI, encoded>.
+URI_SCHEME = "toolroom://"
+# A URI template's `{expression}` (RFC 6570).
+EXPRESSION = re.compile(r"\{[^{}]*\}")
+
+
+def namespaced_uri(slug: str, uri: str) -> str:
+    return f"{URI_SCHEME}{slug}/{quote(uri, safe='')}"
+
+
+def namespaced_uri_template(slug: str, template: str) -> str:
+    """The template under the gateway's scheme: literal parts percent-encoded like a concrete
+    URI, `{expressions}` kept for the client to expand."""
+    parts: list[str] = []
+    last = 0
+    for match in EXPRESSION.finditer(template):
+        parts.append(quote(template[last : match.start()], safe=""))
+        parts.append(match.group(0))
+        last = match.end()
+    parts.append(quote(template[last:], safe=""))
+    return f"{URI_SCHEME}{slug}/{''.join(parts)}"
+
+
+def resource_uri_parts(uri: str) -> tuple[str, str] | None:
+    """(slug, the server's URI) of a namespaced resource URI, else None."""
+    if not uri.startswith(URI_SCHEME):
+        return None
+    slug, _, encoded = uri[len(URI_SCHEME) :].partition("/")
+    return (slug, unquote(encoded)) if slug and encoded else None

@@ -9,7 +9,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from registry.access.rule_types import Kind, Moment, Refusal, ToolFacts
 from registry.access.rules import (
@@ -18,7 +18,13 @@ from registry.access.rules import (
     UNKNOWN_TOOL,
     first_refusal,
 )
-from registry.catalogue.naming import namespaced_tool_name
+from registry.catalogue.naming import (
+    EXPRESSION,
+    namespaced_tool_name,
+    namespaced_uri,
+    namespaced_uri_template,
+    resource_uri_parts,
+)
 from registry.core.process_cache import VersionedCache
 from registry.gateway.checks import CallTable, CallTarget, call_table, gateway_policy_of
 from registry.servers.gateway_policy import GatewayMode
@@ -32,28 +38,7 @@ from registry.servers.models import (
 )
 from registry.teams.callers import Caller
 
-URI_SCHEME = "toolroom://"
 _MAX = 4096
-
-
-_EXPRESSION = re.compile(r"\{[^{}]*\}")
-
-
-def namespaced_uri(slug: str, uri: str) -> str:
-    return f"{URI_SCHEME}{slug}/{quote(uri, safe='')}"
-
-
-def namespaced_uri_template(slug: str, template: str) -> str:
-    """The template under the gateway's scheme: literal parts percent-encoded like a concrete
-    URI, `{expressions}` kept for the client to expand."""
-    parts: list[str] = []
-    last = 0
-    for match in _EXPRESSION.finditer(template):
-        parts.append(quote(template[last : match.start()], safe=""))
-        parts.append(match.group(0))
-        last = match.end()
-    parts.append(quote(template[last:], safe=""))
-    return f"{URI_SCHEME}{slug}/{''.join(parts)}"
 
 
 # RFC 6570 (URI Template), section 3.2.1: what an expression's values may hold once expanded.
@@ -100,7 +85,7 @@ def template_pattern(template: str) -> re.Pattern[str]:
     expansion (`{id}`) never spans `/`."""
     pieces: list[str] = []
     last = 0
-    for match in _EXPRESSION.finditer(template):
+    for match in EXPRESSION.finditer(template):
         pieces.append(re.escape(template[last : match.start()]))
         pieces.append(_expression_pattern(match.group(0)))
         last = match.end()
@@ -346,11 +331,3 @@ def agent_content(*, identity: Caller) -> AgentContent:
             continue
         content.prompts[name] = ContentEntry(target, row["name"], listing, facts, refusal)
     return _contents.put(key, content, table.version)
-
-
-def resource_uri_parts(uri: str) -> tuple[str, str] | None:
-    """(slug, the server's URI) of a namespaced resource URI, else None."""
-    if not uri.startswith(URI_SCHEME):
-        return None
-    slug, _, encoded = uri[len(URI_SCHEME) :].partition("/")
-    return (slug, unquote(encoded)) if slug and encoded else None

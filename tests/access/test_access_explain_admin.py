@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from registry.gateway import checks
 from registry.servers import services as server_services
+from registry.servers.models import ServerPrompt, ServerResource
 from registry.teams import services as team_services
 from tests.catalogue_helpers import READ, WRITE, approved_server, tool_of
 from tests.factories import GrantFactory, McpServerFactory, TeamFactory, ToolFactory
@@ -171,3 +172,30 @@ def test_an_admin_sees_and_resets_the_teams_private_data_marks_audited(client, a
     assert event.actor_label == alice.username
     assert event.details["reason"] == "reviewed the transcript"
     assert list(event.before["marks"].values()) == ["files"]
+
+
+def test_the_team_page_answers_why_not_for_a_resource_and_a_prompt(client, alice, world):
+    alpha, _, files = world
+    resource = ServerResource(server=files, uri="file:///readme", name="readme")
+    prompt = ServerPrompt(server=files, name="review")
+    for item in (resource, prompt):
+        item.refresh_definition_hash()
+        item.save()
+    server_services.item_hide(actor="test", item=resource)
+    client.force_login(alice)
+    url = reverse("admin:teams_team_why_not", args=[alpha.pk])
+
+    hidden = client.get(url, {"resource": "toolroom://files/file%3A%2F%2F%2Freadme"})
+    pending = client.get(url, {"prompt": "files__review"})
+    unknown = client.get(url, {"prompt": "nope__nothing"})
+
+    assert [(e.kind, e.code) for e in hidden.context["explanations"]] == [
+        ("resource", "unknown_tool")
+    ] * 3
+    assert "An admin hid the resource" in text(hidden).replace("&#x27;", "'")
+    assert [e.first_failure.rule for e in pending.context["explanations"]] == ["tool_approval"] * 3
+    assert "No prompt is named &#x27;nope__nothing&#x27;." in unknown.content.decode()
+    # Pickers suggest the gateway's names of every resource and prompt.
+    content = pending.content.decode()
+    assert '<option value="toolroom://files/file%3A%2F%2F%2Freadme">' in content
+    assert '<option value="files__review">' in content

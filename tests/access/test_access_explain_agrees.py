@@ -7,7 +7,11 @@ states; approvals, revocations, rug pulls and removals; health and the hide sett
 open circuits; tokens that read private data), and for every (team, role, tool), the
 rules' catalogue verdict equals membership in `catalogue_for_agent`'s output, and the call verdict
 and code the explanation reads from the rules equal what `call_check` decides from them; and the
-bulk forms (`team_access_report`, `tool_access_overview`) say the same."""
+bulk forms (`team_access_report`, `tool_access_overview`) say the same. Likewise for every (team,
+role, resource, resource template, prompt), each approved, awaiting approval, hidden or changed
+since its approval: `item_explain`'s catalogue verdict equals whether the gateway lists it
+(`agent_content`), and its code what the gateway answers a read or a get with (`resource_lookup`,
+`content_refusal`)."""
 
 from __future__ import annotations
 
@@ -28,10 +32,14 @@ from registry.access.explain import (
     team_access_report,
     tool_access_overview,
 )
+from registry.access.explain_items import item_explain
 from registry.access.private_data import private_data_mark
+from registry.access.rules import ALLOWED, UNKNOWN_TOOL
+from registry.catalogue.naming import namespaced_uri
 from registry.catalogue.selectors import catalogue_for_agent
-from registry.gateway import checks
+from registry.core.process_cache import forget_all
 from registry.gateway.checks import call_check
+from registry.gateway.content import agent_content, content_refusal, resource_lookup
 from registry.gateway.services import server_gateway_policy_set
 from registry.servers import services as server_services
 from registry.servers.gateway_policy import GatewayMode
@@ -40,6 +48,8 @@ from registry.servers.models import (
     Health,
     McpServer,
     PermissionClass,
+    ServerPrompt,
+    ServerResource,
     ServerStatus,
     Tool,
     Transport,
@@ -47,7 +57,8 @@ from registry.servers.models import (
 from registry.servers.policy import TrustTier
 from registry.servers.vetting import tool_sync
 from registry.teams import services
-from registry.teams.models import Grant
+from registry.teams.callers import Caller
+from registry.teams.models import Grant, Team
 from registry.teams.tokens import token_authenticate
 from tests.catalogue_helpers import CONNECT, READ, WRITE
 from tests.factories import tool_definition
@@ -77,6 +88,32 @@ MODES = (
 )
 HEALTHS = (Health.HEALTHY, Health.UNHEALTHY, Health.UNKNOWN, Health.DEGRADED)
 EXPIRIES = ("never", "future", "past")
+# Each server's resource, resource template and prompt, and what reading each one asks for.
+ITEMS = ("memo://greeting", "memo://notes/{id}", "summarise")
+READ_URIS = {"memo://greeting": "memo://greeting", "memo://notes/{id}": "memo://notes/42"}
+ITEM_STATES = ("approved", "approved", "pending", "hidden", "changed")
+
+
+def item_definitions(*, changed: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The items as a server lists them (those in `changed` with another description)."""
+
+    def describe(key: str) -> str:
+        return f"{key}, changed." if key in changed else f"{key}."
+
+    return {
+        "resources": [
+            {"uri": ITEMS[0], "name": "greeting", "description": describe(ITEMS[0])},
+            {"uriTemplate": ITEMS[1], "name": "note", "description": describe(ITEMS[1])},
+        ],
+        "prompts": [{"name": ITEMS[2], "description": describe(ITEMS[2])}],
+    }
+
+
+def server_item(server: McpServer, key: str) -> ServerResource | ServerPrompt:
+    if key == ITEMS[2]:
+        return ServerPrompt.objects.get(server=server, name=key)
+    return ServerResource.objects.get(server=server, uri=key)
+
 
 grant_specs = st.fixed_dictionaries(
     {
@@ -111,12 +148,17 @@ worlds = st.fixed_dictionaries(
         "grants": st.lists(grant_specs, min_size=3, max_size=10),
         "hide_unhealthy": st.booleans(),
         "private_data_read": st.booleans(),
+        "items": st.fixed_dictionaries(
+            {(s, key): st.sampled_from(ITEM_STATES) for s in SERVERS for key in ITEMS}
+        ),
     }
 )
 
 
-def build_world(world: dict[str, Any]) -> dict[str, Any]:
-    """Make the world through the services (states only workers write are set as they would)."""
+def build_world(world: dict[str, Any], *, with_items: bool = False) -> dict[str, Any]:
+    """Make the world through the services (states only workers write are set as they would);
+    `with_items`: each server's resource, resource template and prompt too."""
+    items = item_definitions if with_items else lambda **_: {}
     servers = {}
     for slug in SERVERS:
         server = server_services.server_create(
@@ -128,7 +170,7 @@ def build_world(world: dict[str, Any]) -> dict[str, Any]:
             trust_tier=TrustTier.BUILTIN,
         )
         definitions = [tool_definition(t, annotations=a) for t, a in TOOLS.items()]
-        tool_sync.server_tools_sync(server=server, tools=definitions)
+        tool_sync.server_tools_sync(server=server, tools=definitions, **items())
         server_services.server_submit_for_review(actor="test", server=server)
         if world["servers"][slug] != "pending_review":
             server_services.server_approve(actor="test", server=server)
@@ -150,7 +192,14 @@ def build_world(world: dict[str, Any]) -> dict[str, Any]:
                 relisted.append(tool_definition(name, annotations=hints, description="Now worse."))
             elif state != "removed":
                 relisted.append(tool_definition(name, annotations=hints))
-        tool_sync.server_tools_sync(server=server, tools=relisted)
+        for key in ITEMS if with_items else ():
+            state = world["items"][(slug, key)]
+            if state in {"approved", "changed"}:
+                server_services.item_approve(actor="test", item=server_item(server, key))
+            elif state == "hidden":
+                server_services.item_hide(actor="test", item=server_item(server, key))
+        changed = frozenset(key for key in ITEMS if world["items"][(slug, key)] == "changed")
+        tool_sync.server_tools_sync(server=server, tools=relisted, **items(changed=changed))
         if world["servers"][slug] == "suspended":
             server_services.server_suspend(actor="test", server=server, reason="test")
         server_gateway_policy_set(actor="test", server=server, mode=world["mode"][slug])
@@ -199,7 +248,7 @@ def without_ratchet(explanation: AccessExplanation) -> tuple[tuple[str, bool], .
 def test_the_explanation_agrees_with_the_catalogue_and_the_call_check(world, local_cache):
     local_cache.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY = world["hide_unhealthy"]
     cache.clear()
-    checks._tables.clear()
+    forget_all()  # the call tables and the gateway's content (ids repeat after each rollback)
     with transaction.atomic():
         teams = build_world(world)
         tools = list(Tool.objects.select_related("server"))
@@ -247,6 +296,61 @@ def test_the_explanation_agrees_with_the_catalogue_and_the_call_check(world, loc
             event(f"code {code}")
         transaction.set_rollback(True)
     assert not McpServer.objects.exists()
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(world=worlds)
+def test_the_item_explanation_agrees_with_the_gateway(world, local_cache):
+    local_cache.TOOLROOM_CATALOGUE_HIDE_UNHEALTHY = world["hide_unhealthy"]
+    cache.clear()
+    forget_all()
+    with transaction.atomic():
+        teams = build_world(world, with_items=True)
+        codes: set[str] = set()
+        for team in teams.values():
+            for role in team.roles.all():
+                token = services.agent_token_create(
+                    actor="test", team=team, role=role, name=f"agent-{role.name}"
+                )
+                codes |= items_agree(team, role, token_authenticate(token.plain))
+        for code in codes:
+            event(f"code {code}")
+        transaction.set_rollback(True)
+    assert not McpServer.objects.exists()
+
+
+def items_agree(team: Team, role: Any, identity: Caller) -> set[str]:
+    """For every resource, template and prompt: the explanation says what the gateway does (it
+    lists the item, and answers a read or a get with the same code). The codes seen."""
+    content = agent_content(identity=identity)
+    listed = {
+        *(r["uri"] for r in content.listed_resources()),
+        *(t["uriTemplate"] for t in content.listed_templates()),
+        *(p["name"] for p in content.listed_prompts()),
+    }
+    codes = set()
+    items: list[ServerResource | ServerPrompt] = [
+        *ServerResource.objects.select_related("server"),
+        *ServerPrompt.objects.select_related("server"),
+    ]
+    for item in items:
+        explanation = item_explain(team=team, role=role, item=item, caller=identity)
+        if isinstance(item, ServerPrompt):
+            entry = content.prompts.get(explanation.name)
+        else:
+            entry = resource_lookup(content, namespaced_uri(item.server.slug, READ_URIS[item.uri]))
+        refusal = content_refusal(entry, identity=identity) if entry is not None else None
+        code = UNKNOWN_TOOL if entry is None else refusal.code if refusal else ALLOWED
+        where = (team.slug, role.name, explanation.name, item.review_state)
+        assert explanation.in_catalogue == (explanation.name in listed), where
+        assert explanation.code == code, where
+        assert explanation.callable == (code == ALLOWED), where
+        codes.add(f"{explanation.kind} {code}")
+    return codes
 
 
 @pytest.fixture

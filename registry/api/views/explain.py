@@ -1,10 +1,11 @@
-"""`GET /api/v1/catalogue/explain?tool=NAME`: why the agent's team and role can (or cannot) use a
-tool, rule by rule, from `registry.access.explain.access_explain`.
+"""`GET /api/v1/catalogue/explain?tool=NAME` (or `?resource=URI`, `?prompt=NAME`): why the agent's
+team and role can (or cannot) use a tool, read a resource or get a prompt, rule by rule, from
+`registry.access.explain.access_explain` (`registry.access.explain_items.item_explain`).
 
 An agent asks about its own team and role only (both come from its token; there is no parameter
-to name another). A name that is neither a tool of an approved server nor covered by one of the
-team's grants answers 404 exactly like a name that does not exist, so nothing about servers the
-team cannot browse, or about other teams' grants, leaks through it.
+to name another). A name that is neither of an approved server nor covered by one of the team's
+grants answers 404 exactly like a name that does not exist, so nothing about servers the team
+cannot browse, or about other teams' grants, leaks through it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from rest_framework import serializers
 from rest_framework.exceptions import AuthenticationFailed, NotFound
 from rest_framework.request import Request
 
-from registry.access.explain import RULES, access_explain, tool_for_agent_name
+from registry.access.explain import (
+    RULES,
+    AccessExplanation,
+    access_explain,
+    tool_for_agent_name,
+)
+from registry.access.explain_items import item_explain, item_for_agent_name
 from registry.api.authentication import INVALID_TOKEN_MESSAGE
 from registry.api.views.catalogue import ERROR_RESPONSES, AgentView
 from registry.teams.callers import caller_mark_used
@@ -27,8 +34,26 @@ from registry.teams.models import TeamRole
 
 class ExplainQuerySerializer(serializers.Serializer[Any]):
     tool = serializers.CharField(
-        max_length=200, help_text="The tool's catalogue name (`<server>__<tool>`)."
+        max_length=200, required=False, help_text="The tool's catalogue name (`<server>__<tool>`)."
     )
+    resource = serializers.CharField(
+        max_length=2000,
+        required=False,
+        help_text="A resource's URI (or a resource template's) as the gateway's "
+        "`resources/list` (`resources/templates/list`) gives it: "
+        "`toolroom://<server>/<the server's URI, percent-encoded>`.",
+    )
+    prompt = serializers.CharField(
+        max_length=200,
+        required=False,
+        help_text="A prompt's name as the gateway's `prompts/list` gives it "
+        "(`<server>__<prompt>`).",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if len(attrs) != 1:
+            raise serializers.ValidationError({"tool": ["Name one tool, resource or prompt."]})
+        return attrs
 
 
 class RuleResultSerializer(serializers.Serializer[Any]):
@@ -47,7 +72,10 @@ class AccessExplanationSerializer(serializers.Serializer[Any]):
     team = serializers.CharField()
     role = serializers.CharField()
     server = serializers.CharField()
-    tool = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["tool", "resource", "prompt"])
+    tool = serializers.CharField(required=False, help_text="The tool's name on its server.")
+    resource = serializers.CharField(required=False, help_text="The resource's URI on its server.")
+    prompt = serializers.CharField(required=False, help_text="The prompt's name on its server.")
     at = serializers.DateTimeField()
     verdict = serializers.ChoiceField(
         choices=["callable", "in catalogue, refused at call time", "not available"]
@@ -62,19 +90,23 @@ class AccessExplanationSerializer(serializers.Serializer[Any]):
 class ExplainView(AgentView):
     @extend_schema(
         operation_id="catalogue_explain",
-        summary="Why the agent can (or cannot) use a tool",
+        summary="Why the agent can (or cannot) use a tool, read a resource or get a prompt",
         description="The verdict (in the catalogue, callable) and, for every rule in the order "
         "the gateway applies them, whether it passes and the facts behind it: the team's grants "
         "(scope, role, expiry, who granted, the access request), the server's review status, "
         "the tool's approval (hash, approver, note, findings acknowledged) and whether the "
         "current definition is still the approved one, the role's permission classes against "
         "the tool's, health, the gateway mode, the circuit and the private-data ratchet (of "
-        "this token, and for a person's token the person). Only the agent's own team and role.",
+        "this token, and for a person's token the person). Only the agent's own team and role. "
+        "A resource or prompt goes through the same rules: only a grant of its whole server "
+        "covers it, it is read-class, and its own review (approved at its current definition) "
+        "stands for the tool's approval.",
         parameters=[ExplainQuerySerializer],
         responses={
             200: AccessExplanationSerializer,
             404: OpenApiResponse(
-                OpenApiTypes.OBJECT, description="No such tool for this team (error format)."
+                OpenApiTypes.OBJECT,
+                description="No such tool, resource or prompt for this team (error format).",
             ),
             **ERROR_RESPONSES,
         },
@@ -83,7 +115,7 @@ class ExplainView(AgentView):
     def get(self, request: Request) -> JsonResponse:
         query = ExplainQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        name: str = query.validated_data["tool"]
+        [(kind, name)] = query.validated_data.items()
         identity = self.identity()
         role = (
             TeamRole.objects.select_related("team")
@@ -92,10 +124,17 @@ class ExplainView(AgentView):
         )
         if role is None:  # the token's role or team is gone
             raise AuthenticationFailed(INVALID_TOKEN_MESSAGE)
-        tool = tool_for_agent_name(team=role.team, name=name)
-        if tool is None:
-            raise NotFound(f"No tool named '{name}' is available to this team.")
-        explanation = access_explain(team=role.team, role=role, tool=tool, caller=identity)
+        explanation: AccessExplanation | None = None
+        if kind == "tool":
+            tool = tool_for_agent_name(team=role.team, name=name)
+            if tool is not None:
+                explanation = access_explain(team=role.team, role=role, tool=tool, caller=identity)
+        else:
+            item = item_for_agent_name(team=role.team, kind=kind, name=name)
+            if item is not None:
+                explanation = item_explain(team=role.team, role=role, item=item, caller=identity)
+        if explanation is None:
+            raise NotFound(f"No {kind} named '{name}' is available to this team.")
         caller_mark_used(identity, may_write_database=True)
         response = JsonResponse(explanation.as_dict())
         response["Cache-Control"] = "private, no-store"
