@@ -64,6 +64,10 @@ def _unsent(failure: McpFailure) -> McpFailure:
     )
 
 
+def _process_exited(connection: McpConnection) -> McpFailure:
+    return McpFailure("closed", "The server process exited.", stderr_tail=connection.stderr_tail())
+
+
 class UpstreamSession:
     """One open session to one server for one isolation key, owned by one task."""
 
@@ -103,8 +107,8 @@ class UpstreamSession:
 
     async def request(self, fn: Callable[[McpConnection], Awaitable[T]]) -> T:
         """Run `fn` on the session inside its owner task; raises McpFailure if it cannot."""
-        if self.finished.is_set():
-            raise self.failure or McpFailure("closed", "The upstream session is closed.")
+        if self.finished.is_set():  # this call was not sent: retryable
+            raise _unsent(self.failure or McpFailure("closed", "The upstream session is closed."))
         self.last_used = time.monotonic()
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         await self.queue.put(_Work(fn, future))
@@ -162,6 +166,11 @@ class UpstreamSession:
         dead: list[McpFailure] = []
 
         async def handle(work: _Work) -> None:
+            if connection.process_gone:  # died before this call went out: it is not sent
+                if not work.future.done():
+                    work.future.set_exception(_unsent(_process_exited(connection)))
+                self.serving.discard(work)
+                return
             work.started = True
             self.in_flight += 1
             try:
@@ -184,13 +193,28 @@ class UpstreamSession:
                     self.serving.discard(work)
                 self.last_used = time.monotonic()
 
+        watching = anyio.CancelScope()
+
+        async def watch() -> None:
+            """A local server's process exit (a sandboxed server's container exit) ends the
+            session at once: it leaves the pool, and the scope's next call opens a new one."""
+            with watching:
+                await connection.wait_process_gone()
+            if watching.cancel_called:
+                return
+            dead.append(_process_exited(connection))
+            logger.info("upstream session %s ended: its server process exited", self.key)
+            await self.queue.put(_STOP)
+
         async with anyio.create_task_group() as group:
+            group.start_soon(watch)
             while True:
                 item = await self.queue.get()
                 if item is _STOP:
                     group.cancel_scope.cancel()
                     break
                 if item is _DRAIN:
+                    watching.cancel()
                     break  # the task group waits for the calls in flight
                 self.serving.add(item)  # answered by `own` even if its task never runs
                 group.start_soon(handle, item)

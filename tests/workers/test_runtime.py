@@ -198,3 +198,24 @@ def test_a_team_session_starts_alongside_the_servers_own_session(manager, tmp_pa
     assert _state(server).runtime_state == RuntimeState.STARTING
     (tmp_path / "go").touch()
     assert starting.result(60) == "running"
+
+
+def test_a_call_in_flight_when_a_team_sessions_process_dies_is_not_sent_again(manager, tmp_path):
+    """The process exits during the call (it crashes on it): the call fails `closed` (it reached
+    the server: never re-sent), and the dead session leaves the pool at once (issue 30)."""
+    from workers.adapters.mcp_client import AskRefused, McpFailure
+
+    arrivals = tmp_path / "arrivals"
+    server = _warm_server("--crash-on-call", "--arrivals", str(arrivals))
+    manager.command(server.pk, "start")
+
+    async def refuse(params):
+        raise AskRefused("no caller")
+
+    request = {"server_id": server.pk, "scope": "team:1", "tool": "echo", "timeout": 30}
+    with pytest.raises(McpFailure) as failure:
+        manager._call(manager._endpoint_call({**request, "arguments": {"text": "x"}}, refuse))
+
+    assert failure.value.kind == "closed"
+    assert arrivals.read_text().count("echo") == 1
+    wait_for(lambda: (server.pk, "team:1") not in manager.scoped.sessions, what="it dropped")

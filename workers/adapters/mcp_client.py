@@ -195,6 +195,11 @@ class McpConnection:
     def stderr_tail(self) -> str:
         return self._stderr_tail()
 
+    @property
+    def process_gone(self) -> bool:
+        """Whether a local server's process (a sandboxed server's container) has exited."""
+        return self._process_gone is not None and self._process_gone.is_set()
+
     async def wait_process_gone(self) -> None:
         """Return when a local server's process has exited (its stderr pipe reached the end once
         every process holding it was gone) or a sandboxed server's container has (its attach
