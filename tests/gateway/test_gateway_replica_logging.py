@@ -25,6 +25,7 @@ from tests.waiting import wait_for
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 CALLS = 6
+MAX_CALLS = 20
 PER_CALL = [("info", "info from chatty"), ("warning", "warning from chatty")]
 MESSAGES_WITHIN = 10.0  # after its answer, a call's messages have this long to arrive
 
@@ -61,6 +62,11 @@ class Heard:
                 await self.more.wait()
 
 
+def _per_replica(ran_on: list[tuple[str, ...]]) -> list[int]:
+    """How many of the calls each of the two replicas (HAProxy's names for them) ran."""
+    return [sum(name in names for names in ran_on) for name in ("gateway1", "gateway2")]
+
+
 def streams(replica: Replica) -> int:
     """The GET streams the replica holds (its /healthz)."""
     answer = httpx2.get(f"http://127.0.0.1:{replica.port}/healthz", timeout=10, trust_env=False)
@@ -77,7 +83,7 @@ def test_a_level_set_on_one_replica_holds_for_calls_on_every_replica(
     heard = Heard()
 
     async def run() -> list[tuple[str, ...]]:
-        ran_on = []
+        ran_on: list[tuple[str, ...]] = []
         transport = streamable_http_client(balancer.url, http_client=wire.http)
         async with Client(transport, mode="legacy", logging_callback=heard.collect) as client:
             assert client.protocol_version == LEGACY
@@ -92,7 +98,12 @@ def test_a_level_set_on_one_replica_holds_for_calls_on_every_replica(
                     what="the session's GET stream open on a replica",
                 )
             )
-            for call in range(1, CALLS + 1):
+            # Round robin puts every other call on each replica; should the balancer take one
+            # out for a moment (its health check missed on a loaded machine), more calls come
+            # until each replica has run at least two.
+            call = 0
+            while call < CALLS or (call < MAX_CALLS and min(_per_replica(ran_on)) < 2):
+                call += 1
                 before = balancer.answered()
                 result = await client.call_tool("logs__chatty", {})
                 after = balancer.answered()
@@ -110,7 +121,7 @@ def test_a_level_set_on_one_replica_holds_for_calls_on_every_replica(
             replica.stop()
 
     # Every call's info and warning messages, in order, none of the debug ones.
-    assert heard.messages == PER_CALL * CALLS, ran_on
+    assert heard.messages == PER_CALL * len(ran_on), ran_on
     # The calls ran on both replicas (round robin): one of them never received the setLevel.
-    assert len({name for names in ran_on for name in names}) == 2, ran_on
+    assert min(_per_replica(ran_on)) >= 2, ran_on
     assert 404 not in wire.statuses

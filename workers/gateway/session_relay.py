@@ -109,6 +109,10 @@ class Relay:
         self.counts = {"questions": 0, "answers": 0}  # passed to another replica
         self.on_question: Deliver | None = None
         self.on_answer: Deliver | None = None
+        # Per session, the end of the delivery of its latest message: each message waits for
+        # the one before of its session, so a call's log messages reach the GET stream in the
+        # order the server sent them (sessions do not wait for each other).
+        self.delivered: dict[str, anyio.Event] = {}
 
     def channel(self, replica: str) -> str:
         return f"{self.prefix}replica:{replica}"
@@ -187,7 +191,7 @@ class Relay:
                             ignore_subscribe_messages=True, timeout=1.0
                         )
                         if received is not None:
-                            group.start_soon(self._received, received["data"])
+                            self._deliver_in_order(group, received["data"])
             except _RELAY_ERRORS as exc:
                 logger.warning("replica channel lost (%s); listening again shortly", exc)
             except Exception:  # never the end of the gateway: listen again
@@ -197,14 +201,37 @@ class Relay:
                     await client.aclose()
             await anyio.sleep(retry_seconds)
 
-    async def _received(self, data: bytes | str) -> None:
+    def _deliver_in_order(self, group: TaskGroup, data: bytes | str) -> None:
         try:
             payload = json.loads(data)
-            deliver = self.on_question if payload["k"] == "q" else self.on_answer
+            session_id = str(payload["s"])
+        except (ValueError, KeyError, TypeError):
+            logger.warning("a message another replica passed is not one: %.80r", data)
+            return
+        previous = self.delivered.get(session_id)
+        done = anyio.Event()
+        self.delivered[session_id] = done
+        group.start_soon(self._received, session_id, payload, previous, done)
+
+    async def _received(
+        self,
+        session_id: str,
+        payload: dict[str, Any],
+        previous: anyio.Event | None,
+        done: anyio.Event,
+    ) -> None:
+        try:
+            if previous is not None:
+                await previous.wait()
+            deliver = self.on_question if payload.get("k") == "q" else self.on_answer
             if deliver is not None:
-                await deliver(str(payload["s"]), dict(payload["m"]))
+                await deliver(session_id, dict(payload["m"]))
         except Exception:
             logger.exception("could not deliver a message another replica passed")
+        finally:
+            done.set()
+            if self.delivered.get(session_id) is done:
+                del self.delivered[session_id]
 
 
 class RelayedWrites:
