@@ -26,7 +26,7 @@ def test_why_not_reads_in_words_with_contrast_and_a_tool_picker(admin_page: Page
     options = page.eval_on_selector_all("#tool-names option", "els => els.map(e => e.value)")
     assert options == ["files__read_file", "files__write_file"]
     page.get_by_label("Tool (catalogue name").fill("files__read_file")
-    page.get_by_role("button", name="Explain").click()
+    page.get_by_role("button", name="Explain tool").click()
 
     module = page.locator("fieldset.module").first
     expect(module).to_contain_text("isolation scope")
