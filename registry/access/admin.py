@@ -18,6 +18,7 @@ from registry.access.explain import (
 )
 from registry.access.explain_items import (
     ITEM_KINDS,
+    expansion_of,
     item_by_name,
     item_explain,
     item_names_to_pick,
@@ -49,7 +50,11 @@ def why_not_view(team_admin: TeamAdmin, request: HttpRequest, object_id: str) ->
         item = item_by_name(kind=kind, name=name)
         found = item is not None
         if item is not None:
-            explanations = [item_explain(team=team, role=role, item=item) for role in roles]
+            expanded = expansion_of(item, name)
+            explanations = [
+                item_explain(team=team, role=role, item=item, expanded_uri=expanded)
+                for role in roles
+            ]
     return TemplateResponse(
         request,
         "admin/access/team_explain.html",

@@ -121,6 +121,8 @@ class AccessExplanation:
     at: datetime
     rules: tuple[RuleResult, ...]
     kind: str = Kind.TOOL  # tool, resource or prompt
+    # A concrete URI asked about, read through this resource template (`name`), else ''.
+    expanded_uri: str = ""
 
     @property
     def first_failure(self) -> RuleResult | None:
@@ -163,6 +165,7 @@ class AccessExplanation:
             "callable": self.callable,
             "code": self.code,
             "first_failing_rule": failure.rule if failure is not None else None,
+            **({"expanded_uri": self.expanded_uri} if self.expanded_uri else {}),
             "rules": [
                 {
                     "rule": rule.rule,

@@ -28,6 +28,7 @@ from registry.catalogue.naming import (
     plain_name_parts,
     resource_uri_parts,
 )
+from registry.catalogue.uri_templates import template_matches, template_pattern
 from registry.servers.gateway_policy import GatewayMode, ServerGatewayPolicy
 from registry.servers.models import ReviewStatus, ServerPrompt, ServerResource
 from registry.teams.callers import Caller
@@ -68,9 +69,42 @@ def _named(items: QuerySet[ServerResource] | QuerySet[ServerPrompt], name: str) 
     return None
 
 
+def _expanded_from(templates: QuerySet[ServerResource], name: str) -> ServerResource | None:
+    """The template a concrete URI is read through, as the gateway's `resource_lookup` picks it:
+    of the URI's server, the oldest template (by primary key) the server's URI is an expansion of
+    (`template_matches`, RFC 6570)."""
+    parts = resource_uri_parts(name)
+    if parts is None:
+        return None
+    slug, upstream = parts
+    found = (
+        templates.filter(server__slug=slug, is_template=True)
+        .select_related("server", "server__status")
+        .order_by("pk")
+    )
+    for template in found.iterator():
+        if template_matches(template.uri, template_pattern(template.uri), upstream):
+            return template
+    return None
+
+
+def expansion_of(item: Item, name: str) -> str:
+    """`name` when it is a concrete URI read through the template `item` (the agents' name asked
+    about is not the item's own), else ''."""
+    return name if isinstance(item, ServerResource) and item_agent_name(item) != name else ""
+
+
 def item_by_name(*, kind: str, name: str) -> Item | None:
-    """Any resource or prompt (hidden or not, any server) by its agents' name: for admins."""
-    return _named(_candidates(kind, name), name)
+    """Any resource or prompt (hidden or not, any server) by its agents' name: for admins. A
+    concrete URI no resource has is matched against the server's templates like the gateway
+    does (hidden ones last: the gateway skips them)."""
+    item = _named(_candidates(kind, name), name)
+    if item is not None or kind != Kind.RESOURCE:
+        return item
+    templates = ServerResource.objects.all()
+    return _expanded_from(templates.exclude(review_state=HIDDEN), name) or _expanded_from(
+        templates.filter(review_state=HIDDEN), name
+    )
 
 
 def item_for_agent_name(
@@ -80,19 +114,18 @@ def item_for_agent_name(
 
     As for a tool (`tool_for_agent_name`): an item of an approved server (any team can browse
     those) or of a server the team's grants cover (only a grant of the whole server covers its
-    resources and prompts); a hidden item reads like one the server does not have. Anything else
-    answers None, exactly like a name that does not exist.
+    resources and prompts); a hidden item reads like one the server does not have. A concrete
+    URI no resource has is the template the gateway reads it through (`_expanded_from`), if any.
+    Anything else answers None, exactly like a name that does not exist.
     """
     granted = Grant.objects.active(at or timezone.now()).filter(team=team, tool__isnull=True)
-    visible = (
-        _candidates(kind, name)
-        .exclude(review_state=HIDDEN)
-        .filter(
-            Q(server__review_status=ReviewStatus.APPROVED)
-            | Q(server_id__in=granted.values("server_id"))
-        )
+    visible = Q(server__review_status=ReviewStatus.APPROVED) | Q(
+        server_id__in=granted.values("server_id")
     )
-    return _named(visible, name)
+    item = _named(_candidates(kind, name).exclude(review_state=HIDDEN).filter(visible), name)
+    if item is not None or kind != Kind.RESOURCE:
+        return item
+    return _expanded_from(ServerResource.objects.exclude(review_state=HIDDEN).filter(visible), name)
 
 
 def item_names_to_pick(*, kind: str, team: Team | None = None, limit: int = 2000) -> list[str]:
@@ -125,7 +158,8 @@ def item_facts_of(record: ToolRecord) -> ToolFacts:
         server_slug=server.slug,
         granted=bool(record.applying),
         access_ends_at=ends.timestamp() if record.applying and ends is not None else None,
-        offered=True,  # discovery forgets an item the server no longer lists
+        # Discovery forgets an item the server no longer lists; a hidden one reads like that.
+        offered=item.review_state != HIDDEN,
         review_status=server.review_status,
         approval_state=item.review_state,
         approved_definition_hash=item.approved_definition_hash,
@@ -149,11 +183,13 @@ def item_explain(
     item: Item,
     caller: Caller | None = None,
     at: datetime | None = None,
+    expanded_uri: str = "",
 ) -> AccessExplanation:
     """Whether the team's agent of this role can read the resource (or get the prompt), rule
     by rule, with the facts: the rules a tool goes through, with the item's kind (four queries).
 
     `caller`: the token (or person) the caller rules' live checks read, as for a tool.
+    `expanded_uri`: the concrete URI asked about, read through this template (`expansion_of`).
     """
     if role.team_id != team.pk:
         raise ValueError("The role is not one of the team's roles.")
@@ -194,4 +230,5 @@ def item_explain(
         at=now,
         rules=rule_results(record, facts),
         kind=record.kind,
+        expanded_uri=expanded_uri,
     )

@@ -24,9 +24,18 @@ def _what(record: ToolRecord) -> str:
 
 
 def offered(record: ToolRecord) -> Explanation:
-    """The server listed the item when discovery last ran (it is forgotten when it does not)."""
+    """The server listed the item when discovery last ran (it is forgotten when it does not);
+    a hidden item reads like one it does not list."""
     item = _item(record)
-    facts = {"server_uri": item.uri} if isinstance(item, ServerResource) else {"name": item.name}
+    facts: dict[str, Any] = (
+        {"server_uri": item.uri} if isinstance(item, ServerResource) else {"name": item.name}
+    )
+    facts["hidden"] = item.review_state == HIDDEN
+    if facts["hidden"]:
+        return Explanation(
+            f"An admin hid the {_what(record)}: it reads like one the server does not have.",
+            facts,
+        )
     return Explanation(f"The server offers the {_what(record)}.", facts)
 
 

@@ -11,7 +11,9 @@ bulk forms (`team_access_report`, `tool_access_overview`) say the same. Likewise
 role, resource, resource template, prompt), each approved, awaiting approval, hidden or changed
 since its approval: `item_explain`'s catalogue verdict equals whether the gateway lists it
 (`agent_content`), and its code what the gateway answers a read or a get with (`resource_lookup`,
-`content_refusal`)."""
+`content_refusal`); a concrete URI expanded from a template (two templates match some) is
+explained as the template `item_for_agent_name` matches it to, and the gateway reads it through
+that one, or neither knows it."""
 
 from __future__ import annotations
 
@@ -32,14 +34,20 @@ from registry.access.explain import (
     team_access_report,
     tool_access_overview,
 )
-from registry.access.explain_items import item_explain
+from registry.access.explain_items import item_explain, item_for_agent_name
 from registry.access.private_data import private_data_mark
+from registry.access.rule_types import Kind
 from registry.access.rules import ALLOWED, UNKNOWN_TOOL
 from registry.catalogue.naming import namespaced_uri
 from registry.catalogue.selectors import catalogue_for_agent
 from registry.core.process_cache import forget_all
 from registry.gateway.checks import call_check
-from registry.gateway.content import agent_content, content_refusal, resource_lookup
+from registry.gateway.content import (
+    ContentEntry,
+    agent_content,
+    content_refusal,
+    resource_lookup,
+)
 from registry.gateway.services import server_gateway_policy_set
 from registry.servers import services as server_services
 from registry.servers.gateway_policy import GatewayMode
@@ -88,9 +96,12 @@ MODES = (
 )
 HEALTHS = (Health.HEALTHY, Health.UNHEALTHY, Health.UNKNOWN, Health.DEGRADED)
 EXPIRIES = ("never", "future", "past")
-# Each server's resource, resource template and prompt, and what reading each one asks for.
-ITEMS = ("memo://greeting", "memo://notes/{id}", "summarise")
-READ_URIS = {"memo://greeting": "memo://greeting", "memo://notes/{id}": "memo://notes/42"}
+# Each server's resource, two resource templates and prompt. The older template (listed first)
+# also matches the URIs the newer one expands to: the gateway reads those through the older.
+ITEMS = ("memo://greeting", "memo://notes/{id}", "summarise", "memo://{section}/{id}")
+# Concrete URIs read through the templates: both match the first, the older one the second,
+# neither the third (`{id}` never spans a `/`).
+EXPANDED_URIS = ("memo://notes/42", "memo://drafts/7", "memo://notes/4/2")
 ITEM_STATES = ("approved", "approved", "pending", "hidden", "changed")
 
 
@@ -103,6 +114,7 @@ def item_definitions(*, changed: frozenset[str] = frozenset()) -> dict[str, Any]
     return {
         "resources": [
             {"uri": ITEMS[0], "name": "greeting", "description": describe(ITEMS[0])},
+            {"uriTemplate": ITEMS[3], "name": "memo", "description": describe(ITEMS[3])},
             {"uriTemplate": ITEMS[1], "name": "note", "description": describe(ITEMS[1])},
         ],
         "prompts": [{"name": ITEMS[2], "description": describe(ITEMS[2])}],
@@ -339,18 +351,42 @@ def items_agree(team: Team, role: Any, identity: Caller) -> set[str]:
     ]
     for item in items:
         explanation = item_explain(team=team, role=role, item=item, caller=identity)
+        where = (team.slug, role.name, explanation.name, item.review_state)
+        assert explanation.in_catalogue == (explanation.name in listed), where
+        if isinstance(item, ServerResource) and item.is_template:
+            continue  # read through a URI expanded from it: below
         if isinstance(item, ServerPrompt):
             entry = content.prompts.get(explanation.name)
         else:
-            entry = resource_lookup(content, namespaced_uri(item.server.slug, READ_URIS[item.uri]))
-        refusal = content_refusal(entry, identity=identity) if entry is not None else None
-        code = UNKNOWN_TOOL if entry is None else refusal.code if refusal else ALLOWED
-        where = (team.slug, role.name, explanation.name, item.review_state)
-        assert explanation.in_catalogue == (explanation.name in listed), where
+            entry = resource_lookup(content, explanation.name)
+        code = gateway_code(entry, identity)
         assert explanation.code == code, where
         assert explanation.callable == (code == ALLOWED), where
         codes.add(f"{explanation.kind} {code}")
+    # A concrete URI is explained as the template the gateway reads it through (none: the team
+    # may not ask about it, and the gateway knows no such URI).
+    for server in McpServer.objects.all():
+        for upstream in EXPANDED_URIS:
+            uri = namespaced_uri(server.slug, upstream)
+            code = gateway_code(resource_lookup(content, uri), identity)
+            found = item_for_agent_name(team=team, kind=Kind.RESOURCE, name=uri)
+            if found is None:
+                assert code == UNKNOWN_TOOL, (team.slug, role.name, uri)
+                continue
+            explanation = item_explain(
+                team=team, role=role, item=found, caller=identity, expanded_uri=uri
+            )
+            seen = (team.slug, role.name, uri, explanation.name, found.review_state)
+            assert explanation.code == code, seen
+            assert explanation.callable == (code == ALLOWED), seen
+            codes.add(f"expanded through {found.uri}: {code}")
     return codes
+
+
+def gateway_code(entry: ContentEntry | None, identity: Caller) -> str:
+    """What the gateway answers a read or a get of the entry (none: it knows no such name)."""
+    refusal = content_refusal(entry, identity=identity) if entry is not None else None
+    return UNKNOWN_TOOL if entry is None else refusal.code if refusal else ALLOWED
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from mcp import MCPError
 
-from registry.gateway.content import template_matches, template_pattern
+from registry.catalogue.uri_templates import template_matches, template_pattern
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
 from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client
 from tests.mcp_fixtures import start_http_scenario

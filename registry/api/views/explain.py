@@ -25,7 +25,7 @@ from registry.access.explain import (
     access_explain,
     tool_for_agent_name,
 )
-from registry.access.explain_items import item_explain, item_for_agent_name
+from registry.access.explain_items import expansion_of, item_explain, item_for_agent_name
 from registry.api.authentication import INVALID_TOKEN_MESSAGE
 from registry.api.views.catalogue import ERROR_RESPONSES, AgentView
 from registry.teams.callers import caller_mark_used
@@ -41,7 +41,8 @@ class ExplainQuerySerializer(serializers.Serializer[Any]):
         required=False,
         help_text="A resource's URI (or a resource template's) as the gateway's "
         "`resources/list` (`resources/templates/list`) gives it: "
-        "`toolroom://<server>/<the server's URI, percent-encoded>`.",
+        "`toolroom://<server>/<the server's URI, percent-encoded>`. A concrete URI expanded "
+        "from a resource template is explained as the template the gateway reads it through.",
     )
     prompt = serializers.CharField(
         max_length=200,
@@ -84,6 +85,12 @@ class AccessExplanationSerializer(serializers.Serializer[Any]):
     callable = serializers.BooleanField()
     code = serializers.CharField()
     first_failing_rule = serializers.CharField(allow_null=True)
+    expanded_uri = serializers.CharField(
+        required=False,
+        help_text="The concrete URI asked about when it is read through a resource template "
+        "(`name` is then the template's): the oldest of the server's templates it is an "
+        "expansion of (RFC 6570), as the gateway reads it.",
+    )
     rules = RuleResultSerializer(many=True)
 
 
@@ -132,7 +139,13 @@ class ExplainView(AgentView):
         else:
             item = item_for_agent_name(team=role.team, kind=kind, name=name)
             if item is not None:
-                explanation = item_explain(team=role.team, role=role, item=item, caller=identity)
+                explanation = item_explain(
+                    team=role.team,
+                    role=role,
+                    item=item,
+                    caller=identity,
+                    expanded_uri=expansion_of(item, name),
+                )
         if explanation is None:
             raise NotFound(f"No {kind} named '{name}' is available to this team.")
         caller_mark_used(identity, may_write_database=True)
