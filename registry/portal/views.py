@@ -21,7 +21,20 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from registry.access.explain import access_explain, tool_for_agent_name, tool_names_to_pick
+from registry.access.explain import (
+    AccessExplanation,
+    access_explain,
+    tool_for_agent_name,
+    tool_names_to_pick,
+)
+from registry.access.explain_items import (
+    ITEM_KINDS,
+    expansion_of,
+    item_explain,
+    item_for_agent_name,
+    item_names_to_pick,
+)
+from registry.access.rule_types import Kind
 from registry.catalogue.selectors import catalogue_for_agent
 from registry.core.api_errors import api_not_found
 from registry.core.errors import ApplicationError
@@ -445,18 +458,35 @@ def connect(request: HttpRequest, team: Team) -> HttpResponse:
 
 @team_page()
 def explain(request: HttpRequest, team: Team) -> HttpResponse:
-    """Why (not)? The team's access to one tool, by its catalogue name, for each of the team's
-    roles, rule by rule: the same `access_explain` the API and the admin answer with. Only
-    tools the team may ask about are explained (an approved server's, or one its grants cover);
-    anything else reads like a name that does not exist."""
-    name = request.GET.get("tool", "").strip()[:200]
-    tool = tool_for_agent_name(team=team, name=name) if name else None
-    explanations = (
-        [access_explain(team=team, role=role, tool=tool) for role in team.roles.order_by("name")]
-        if tool is not None
-        else []
+    """Why (not)? The team's access to one tool (`?tool=`, its catalogue name), resource
+    (`?resource=`, its toolroom:// URI, or a concrete URI expanded from a template) or prompt
+    (`?prompt=`), for each of the team's roles, rule by rule: the same `access_explain` and
+    `item_explain` the API and the admin answer with. Only what the team may ask about is
+    explained (an approved server's, or one its grants cover); anything else reads like a name
+    that does not exist."""
+    kind, name = next(
+        ((kind, value) for kind in ("tool", *ITEM_KINDS) if (value := request.GET.get(kind))),
+        ("tool", ""),
     )
-    error = f"No tool you may ask about is named '{name}'." if name and tool is None else ""
+    name = name.strip()[: 2000 if kind == Kind.RESOURCE else 200]
+    roles = list(team.roles.order_by("name"))
+    explanations: list[AccessExplanation] = []
+    found = False
+    if name and kind == "tool":
+        tool = tool_for_agent_name(team=team, name=name)
+        found = tool is not None
+        if tool is not None:
+            explanations = [access_explain(team=team, role=role, tool=tool) for role in roles]
+    elif name:
+        item = item_for_agent_name(team=team, kind=kind, name=name)
+        found = item is not None
+        if item is not None:
+            expanded = expansion_of(item, name)
+            explanations = [
+                item_explain(team=team, role=role, item=item, expanded_uri=expanded)
+                for role in roles
+            ]
+    error = f"No {kind} you may ask about is named '{name}'." if name and not found else ""
     return render(
         request,
         "portal/explain.html",
@@ -464,9 +494,12 @@ def explain(request: HttpRequest, team: Team) -> HttpResponse:
             request,
             team,
             "explain",
+            kind=kind,
             name=name,
             error=error,
             explanations=explanations,
             tool_names=tool_names_to_pick(team=team),
+            resource_names=item_names_to_pick(kind=Kind.RESOURCE, team=team),
+            prompt_names=item_names_to_pick(kind=Kind.PROMPT, team=team),
         ),
     )
