@@ -17,6 +17,7 @@ from registry.teams.models import MembershipLevel
 from tests.browser.test_portal import portal_sign_in
 from tests.catalogue_helpers import READ, WRITE, approved_server
 from tests.factories import TeamFactory, UserFactory, tool_definition
+from tests.portal.test_portal_explain_items import item_of
 
 FILES = {"read_file": READ, "write_file": WRITE}
 
@@ -33,6 +34,8 @@ def busy_team(transactional_db):
     clock = approved_server("clock", {"get_time": READ})
     weather = approved_server("weather", {"forecast": READ})
     services.grant_create(actor="test", team=alpha, server=files)
+    item_of(files, uri="file:///notes/{id}", template=True)
+    item_of(files, prompt="review", approve=False)
     services.grant_create(
         actor="test", team=alpha, server=weather, expires_at=timezone.now() + timedelta(days=3)
     )
@@ -56,6 +59,8 @@ PAGES = [
     "/portal/teams/alpha/requests/",
     "/portal/teams/alpha/owners/",
     "/portal/teams/alpha/explain/?tool=files__read_file",
+    "/portal/teams/alpha/explain/?resource=toolroom://files/file%253A%252F%252F%252Fnotes%252F7",
+    "/portal/teams/alpha/explain/?prompt=files__review",
     "/portal/teams/alpha/connect/",
     "/portal/apps/",
     "/portal/calls/",
@@ -146,3 +151,22 @@ def test_an_owner_manages_members_copies_a_new_token_and_a_reload_does_not_post_
     first.get_by_role("button", name="Copy").click()
     expect(first.locator(".copied")).to_have_text("Copied.")
     assert page.evaluate("navigator.clipboard.readText()") == first.locator("code").text_content()
+
+
+def test_the_why_not_page_explains_a_resource_and_a_prompt_by_keyboard(page: Page, busy_team):
+    portal_sign_in(page, "dave")
+    page.goto("/portal/teams/alpha/explain/")
+    note = "toolroom://files/file%3A%2F%2F%2Fnotes%2F7"
+
+    page.get_by_label("Resource, by the gateway's URI").fill(note)
+    page.get_by_label("Resource, by the gateway's URI").press("Enter")
+    expect(page.locator("p.expanded")).to_contain_text("is read through the resource template")
+    verdicts = page.locator("section.explanation h2")
+    expect(verdicts.filter(has_text=": callable")).not_to_have_count(0)
+
+    page.get_by_label("Prompt, by its name").fill("files__review")
+    page.get_by_role("button", name="Explain prompt").click()
+    expect(page.locator("p.expanded")).to_have_count(0)
+    expect(verdicts.filter(has_text=": callable")).to_have_count(0)
+    expect(verdicts.filter(has_text=": not available")).not_to_have_count(0)
+    expect(page.locator("section.explanation").first).to_contain_text("awaiting approval")
