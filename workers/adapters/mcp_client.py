@@ -287,19 +287,23 @@ class McpConnection:
         return _wire(result)
 
     async def read_resource(self, uri: str, *, timeout: float | None = None) -> dict[str, Any]:
-        result = await self._call(
-            f"resources/read {uri}", lambda: self._client.read_resource(uri), timeout=timeout
-        )
+        # In flight without an asker: what the server asks meanwhile is refused, and it counts
+        # as a call, so no tool call's caller is taken to be the one asked.
+        with self._asking(None):
+            result = await self._call(
+                f"resources/read {uri}", lambda: self._client.read_resource(uri), timeout=timeout
+            )
         return _wire(result)
 
     async def get_prompt(
         self, name: str, arguments: Mapping[str, str] | None = None, *, timeout: float | None = None
     ) -> dict[str, Any]:
-        result = await self._call(
-            f"prompts/get {name}",
-            lambda: self._client.get_prompt(name, dict(arguments or {})),
-            timeout=timeout,
-        )
+        with self._asking(None):  # as read_resource
+            result = await self._call(
+                f"prompts/get {name}",
+                lambda: self._client.get_prompt(name, dict(arguments or {})),
+                timeout=timeout,
+            )
         return _wire(result)
 
     async def ping(self) -> None:
