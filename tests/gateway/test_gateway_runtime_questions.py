@@ -102,7 +102,12 @@ def test_sampling_and_roots_cross_the_runtime_endpoint_to_the_caller_and_back(
 ):
     argv = scenario_argv("--sampling-only", "--roots-only", script=SAMPLING_SERVER)
     server, token = _approved("sampler", argv)
-    assert set(server.tools.values_list("name", flat=True)) == {"echo", "summarize", "where"}
+    assert set(server.tools.values_list("name", flat=True)) == {
+        "echo",
+        "hold",
+        "summarize",
+        "where",
+    }
     both = {"sampling_callback": _model, "list_roots_callback": _roots}
 
     runtime_request(server=server, action="start", actor="test")

@@ -6,7 +6,8 @@ roots mid-call, written with the SDK's low-level Server.
 `sampling/createMessage` (on the call's own stream) and `roots/list` (on the session's standalone
 stream, as the SDK's `list_roots` does); on 2026-07-28 it answers `input_required`. With
 `--sampling-only` / `--roots-only` a tool is listed only to clients that declare the capability
-(a server may do so). Serves stdio by default, Streamable HTTP with `--http PORT`.
+(a server may do so). `hold` waits `seconds`; reading the resource `roots://mine` asks for the
+roots during the read (handshake only). Serves stdio by default, Streamable HTTP with `--http PORT`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ TOOLS = {
         "name": "where",
         "description": "Say which roots the caller shares (roots).",
         "inputSchema": {"type": "object", "properties": {}},
+        "annotations": {"readOnlyHint": True},
+    },
+    "hold": {
+        "name": "hold",
+        "description": "Wait a while, then answer.",
+        "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
         "annotations": {"readOnlyHint": True},
     },
     "echo": {
@@ -108,7 +115,7 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         declared = ctx.session.client_capabilities
-        names = ["echo", "summarize", "where"]
+        names = ["echo", "hold", "summarize", "where"]
         if args.sampling_only and (declared is None or declared.sampling is None):
             names.remove("summarize")
         if args.roots_only and (declared is None or declared.roots is None):
@@ -120,9 +127,39 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             return await _summarize(ctx, params)
         if params.name == "where":
             return await _where(ctx, params)
+        if params.name == "hold":
+            await anyio.sleep(float((params.arguments or {}).get("seconds", 1)))
+            return _text("held")
         return _text(str((params.arguments or {}).get("text", "")))
 
-    return Server("sampler", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool)
+    async def list_resources(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[types.Resource(uri="roots://mine", name="mine", mime_type="text/plain")]
+        )
+
+    async def read_resource(
+        ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                text = _uris(await ctx.session.list_roots())
+        except Exception as exc:
+            text = f"no roots: {exc}"
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=str(params.uri), text=text)]
+        )
+
+    return Server(
+        "sampler",
+        version="1.0.0",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
+    )
 
 
 def main() -> None:

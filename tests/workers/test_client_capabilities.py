@@ -61,7 +61,7 @@ def test_discovery_finds_tools_offered_only_to_clients_that_declare_sampling_or_
     )
     run = discover_inline(stdio)
     assert run.status == DiscoveryStatus.SUCCEEDED, run.error
-    assert _names(stdio) == {"echo", "summarize", "where"}
+    assert _names(stdio) == {"echo", "hold", "summarize", "where"}
     [health] = anyio.run(lambda: check_plans([server_launch_plan(server=stdio)], concurrency=1))
     assert health.ok, health.error
     assert {tool["name"] for tool in health.tools or []} == _names(stdio)
@@ -73,7 +73,7 @@ def test_discovery_finds_tools_offered_only_to_clients_that_declare_sampling_or_
     finally:
         running.stop()
     assert run.status == DiscoveryStatus.SUCCEEDED, run.error
-    assert _names(http) == {"echo", "summarize", "where"}
+    assert _names(http) == {"echo", "hold", "summarize", "where"}
 
 
 def test_server_everything_shows_its_asking_tools(server_everything):  # noqa: F811
