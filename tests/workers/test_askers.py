@@ -36,7 +36,7 @@ def _text(result):
 
 
 async def test_the_one_call_in_flight_is_asked_for_its_roots_and_a_completion():
-    asked = []
+    asked: list[tuple[str, str]] = []
     async with connect(TARGET, deadlines=QUICK, mode="legacy") as session:
         roots = await session.call_tool("where", {}, asker=_asker("ada", asked))
         said = await session.call_tool("summarize", {"text": "x"}, asker=_asker("ada", asked))
@@ -50,7 +50,7 @@ async def test_the_one_call_in_flight_is_asked_for_its_roots_and_a_completion():
 
 
 async def test_with_two_calls_in_flight_no_caller_gets_the_request():
-    asked = []
+    asked: list[tuple[str, str]] = []
     async with connect(TARGET, deadlines=QUICK, mode="legacy") as session:
         results = {}
 
