@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 SCENARIO_SERVER = str(Path(__file__).parent / "mcp_servers" / "scenario_server.py")
+SAMPLING_SERVER = str(Path(__file__).parent / "mcp_servers" / "sampling_server.py")
 
 
-def scenario_argv(*flags: str) -> list[str]:
-    return [sys.executable, SCENARIO_SERVER, *flags]
+def scenario_argv(*flags: str, script: str = SCENARIO_SERVER) -> list[str]:
+    return [sys.executable, script, *flags]
 
 
 def free_port() -> int:
@@ -63,10 +64,12 @@ class RunningServer:
             self.process.wait()
 
 
-def start_http_scenario(*flags: str, sse: bool = False, port: int | None = None) -> RunningServer:
+def start_http_scenario(
+    *flags: str, sse: bool = False, port: int | None = None, script: str = SCENARIO_SERVER
+) -> RunningServer:
     port = port or free_port()
     process = subprocess.Popen(
-        scenario_argv("--sse" if sse else "--http", str(port), *flags),
+        scenario_argv("--sse" if sse else "--http", str(port), *flags, script=script),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

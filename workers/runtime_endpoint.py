@@ -130,12 +130,13 @@ class RuntimeEndpoint:
                 await writer.drain()
 
         async def serve(request: dict[str, Any]) -> None:
-            async def ask(params: dict[str, Any]) -> dict[str, Any]:
+            async def ask(method: str, params: dict[str, Any]) -> dict[str, Any]:
                 number = next(question_ids)
                 future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
                 questions[number] = future
+                asked = {"id": request.get("id"), "ask": number, "method": method, "params": params}
                 try:
-                    await answer({"id": request.get("id"), "ask": number, "params": params})
+                    await answer(asked)
                     reply = await future
                 finally:
                     questions.pop(number, None)

@@ -141,8 +141,11 @@ def test_a_forged_or_foreign_request_state_is_refused(gateway, asking_server):
 
     token = _granted(asking_server.url)
 
+    async def never(context, params):  # declares elicitation; the test drives the rounds itself
+        raise AssertionError("not called")
+
     async def run():
-        async with gateway_client(gateway.url, token) as client:
+        async with gateway_client(gateway.url, token, elicitation_callback=never) as client:
             first = await client.session.call_tool(
                 "asks__confirm", {"what": "a"}, allow_input_required=True
             )

@@ -6,12 +6,10 @@ More: docs/workers.md, "Module notes".
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
-import itertools
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -24,6 +22,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from registry.core.tracing import mcp_span
+from workers.adapters.askers import Asker, Askers, AskRefused, call_ids, current_call
 from workers.adapters.call_log import CallLog
 from workers.adapters.guarded_http import GUARD_REFUSAL_MARK
 from workers.adapters.mcp_targets import (
@@ -73,77 +72,6 @@ MAX_LIST_PAGES = 1000
 MAX_LIST_ITEMS = 100_000
 
 
-# Passing an upstream's question (elicitation) on to whoever made the call: `Asker` takes the
-# request's params in wire form and returns the answer in wire form, or raises `AskRefused`.
-Asker = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-# The call running in this task (0: none): the SDK client's 2026-07-28 input_required driver
-# dispatches in the calling task, so it finds the right caller here.
-_current_call: contextvars.ContextVar[int] = contextvars.ContextVar(
-    "toolroom_current_call", default=0
-)
-_call_ids = itertools.count(1)
-
-
-class AskRefused(Exception):
-    """The caller cannot answer an upstream's question; the message says why (for the server)."""
-
-
-class _Askers:
-    """The askers of the calls in flight on one session (None: a caller that cannot answer).
-
-    A handshake server's `elicitation/create` does not say which of our requests it belongs to,
-    so it is passed on only when exactly one call is in flight on the session; otherwise the
-    server is told no one can answer (never a guess: that could show one caller's question to
-    another)."""
-
-    def __init__(self, *, request_scoped: bool = False) -> None:
-        self.in_flight: dict[int, Asker | None] = {}
-        self.logs: dict[int, CallLog] = {}  # the calls whose caller asked for log messages
-        # Streamable HTTP: a message on a request's own stream is dispatched in the calling task
-        # (`_current_call` names the call); one outside any call (the GET stream) is no call's.
-        self.request_scoped = request_scoped
-
-    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
-        """A server's log message: to the caller of the call it belongs to, if that caller
-        asked for logging at its level; otherwise to no one. Over stdio (or legacy SSE) nothing
-        says which call a message belongs to: it goes to the one call in flight, if only one is
-        (never a guess between callers)."""
-        if not self.logs:
-            return
-        call_id = _current_call.get()
-        if call_id == 0:
-            if self.request_scoped or len(self.in_flight) != 1:
-                return
-            (call_id,) = self.in_flight
-        sink = self.logs.get(call_id)
-        if sink is not None and sink.wants(params.level):
-            await sink.send(params.level, params.data, params.logger)
-
-    async def elicit(
-        self, context: Any, params: types.ElicitRequestParams
-    ) -> types.ElicitResult | types.ErrorData:
-        call_id = _current_call.get()
-        if call_id in self.in_flight:
-            asker = self.in_flight[call_id]
-        else:
-            if len(self.in_flight) != 1:
-                return types.ErrorData(
-                    code=types.INVALID_REQUEST,
-                    message="Toolroom cannot tell which of its callers this question is for "
-                    f"({len(self.in_flight)} calls in flight on this session).",
-                )
-            (asker,) = self.in_flight.values()
-        if asker is None:
-            return types.ErrorData(
-                code=types.INVALID_REQUEST, message="The caller cannot answer questions mid-call."
-            )
-        try:
-            answer = await asker(_wire(params))
-        except AskRefused as exc:
-            return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
-        return types.ElicitResult.model_validate(answer)
-
-
 @dataclass(frozen=True)
 class ServerIdentity:
     protocol_version: str
@@ -178,7 +106,7 @@ class McpConnection:
         deadlines: Deadlines,
         stderr_tail: Callable[[], str],
         process_gone: anyio.Event | None = None,
-        askers: _Askers | None = None,
+        askers: Askers | None = None,
     ) -> None:
         self._client = client
         self._askers = askers
@@ -309,8 +237,8 @@ class McpConnection:
         log: CallLog | None = None,
     ) -> dict[str, Any]:
         """Call a tool; `meta` goes into the request's `_meta` (e.g. a caller's identity, and the
-        W3C `traceparent` of the call's span when tracing is on). A question the server asks
-        during the call goes to `asker` (none: refused); with
+        W3C `traceparent` of the call's span when tracing is on). What the server asks of the
+        caller during the call (elicitation, sampling, roots) goes to `asker` (none: refused); with
         `progress`, the request carries a progress token and the server's reports go there; with
         `log`, the server's log messages of the call at `log.level` or above go there (a
         2026-07-28 request opts in with that level in its `_meta`)."""
@@ -324,15 +252,15 @@ class McpConnection:
         if self._askers is None:
             yield
             return
-        call_id = next(_call_ids)
+        call_id = next(call_ids)
         self._askers.in_flight[call_id] = asker
         if log is not None:
             self._askers.logs[call_id] = log
-        token = _current_call.set(call_id)
+        token = current_call.set(call_id)
         try:
             yield
         finally:
-            _current_call.reset(token)
+            current_call.reset(token)
             del self._askers.in_flight[call_id]
             self._askers.logs.pop(call_id, None)
 
@@ -359,19 +287,23 @@ class McpConnection:
         return _wire(result)
 
     async def read_resource(self, uri: str, *, timeout: float | None = None) -> dict[str, Any]:
-        result = await self._call(
-            f"resources/read {uri}", lambda: self._client.read_resource(uri), timeout=timeout
-        )
+        # In flight without an asker: what the server asks meanwhile is refused, and it counts
+        # as a call, so no tool call's caller is taken to be the one asked.
+        with self._asking(None):
+            result = await self._call(
+                f"resources/read {uri}", lambda: self._client.read_resource(uri), timeout=timeout
+            )
         return _wire(result)
 
     async def get_prompt(
         self, name: str, arguments: Mapping[str, str] | None = None, *, timeout: float | None = None
     ) -> dict[str, Any]:
-        result = await self._call(
-            f"prompts/get {name}",
-            lambda: self._client.get_prompt(name, dict(arguments or {})),
-            timeout=timeout,
-        )
+        with self._asking(None):  # as read_resource
+            result = await self._call(
+                f"prompts/get {name}",
+                lambda: self._client.get_prompt(name, dict(arguments or {})),
+                timeout=timeout,
+            )
         return _wire(result)
 
     async def ping(self) -> None:
@@ -474,10 +406,11 @@ async def connect(
 ) -> AsyncIterator[McpConnection]:
     """Open a session to `target`, negotiating the 2026-07-28 protocol or the handshake.
 
-    The client declares what the gateway can relay (`elicitation`), on every session alike:
-    discovery, health checks and calls see the same tools (a server may offer a tool only to
-    clients that declare it). A server's question goes to the asker of the call it belongs to
-    (`McpConnection.call_tool(asker=...)`); a call without one refuses it.
+    The client declares what the gateway can relay (elicitation, sampling, roots), on every
+    session alike: discovery, health checks and calls see the same tools (a server may offer a
+    tool only to clients that declare it). A server's question, sampling or roots request goes
+    to the asker of the call it belongs to (`McpConnection.call_tool(asker=...)`, askers.py); a
+    call without one, or a request outside any call, is refused.
     With `watch_tools`, the server's word that its tools changed (`notifications/tools/
     list_changed` on a handshake session, a `subscriptions/listen` event on a 2026-07-28 one)
     calls it (it must not block: it only schedules work).
@@ -496,7 +429,7 @@ async def connect(
         return ""
 
     doing = f"connecting to {target.describe()}"
-    askers = _Askers(
+    askers = Askers(
         request_scoped=isinstance(target, HttpTarget) and target.transport == "streamable_http"
     )
     connected = False
@@ -517,6 +450,8 @@ async def connect(
                         client_info=CLIENT_INFO,
                         read_timeout_seconds=deadlines.call,
                         elicitation_callback=askers.elicit,
+                        sampling_callback=askers.sample,
+                        list_roots_callback=askers.roots,
                         logging_callback=askers.log,
                         message_handler=tools_changed_handler(watch_tools),
                     ) as client:

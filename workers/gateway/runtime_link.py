@@ -16,6 +16,7 @@ import anyio
 
 from registry.gateway import port
 from registry.gateway.port import CallTarget
+from workers.adapters.askers import ELICIT
 from workers.adapters.mcp_client import Asker, AskRefused, CallLog, FailureKind, McpFailure
 from workers.gateway.outcomes import (
     BROKER_UNAVAILABLE,
@@ -141,7 +142,9 @@ class RuntimeLink:
         try:
             if asker is None:
                 raise AskRefused("The call that asked is no longer in flight.")
-            reply["result"] = await asker(dict(message.get("params") or {}))
+            # A worker that predates sampling and roots sends only elicitation, without "method".
+            method = str(message.get("method") or ELICIT)
+            reply["result"] = await asker(method, dict(message.get("params") or {}))
         except AskRefused as exc:
             reply["refused"] = str(exc)
         except Exception as exc:  # the caller's client failed to answer

@@ -478,6 +478,8 @@ class Gateway:
             else:
                 breaker.success()
         questions = current_questions.get()
+        if questions is not None and failure is None and not result.get("isError"):
+            questions.pending, questions.refused = None, ""  # the server went without: its word
         if questions is not None and questions.pending is not None and not questions.refused:
             # A 2026-07-28 caller is asked with input_required (the server got "retry later").
             if failure is None:
@@ -489,8 +491,8 @@ class Gateway:
                 decision=decision,
             )
         if questions is not None and questions.refused:
-            # The server asked what the caller cannot be asked: say so, whatever came of it
-            # (a 2026-07-28 server's input_required ends the call with an error here).
+            # The server asked what the caller cannot be asked, and failed or answered an error:
+            # say why (a 2026-07-28 server's input_required ends the call with an error here).
             if failure is None:
                 breaker.success()
             return failed(INPUT_NOT_CARRIED, questions.refusal())
