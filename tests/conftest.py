@@ -245,6 +245,19 @@ def redis_cache(settings):
 
 
 @pytest.fixture
+def no_periodic_queries(settings, monkeypatch):
+    """For a test that counts queries: the cache epoch's confirmation (one query, due every
+    TOOLROOM_CACHE_REVALIDATE_SECONDS, 30 s in the suite, from the test's first) and an agent
+    token's last-use write (at most once every LAST_USED_FLUSH_SECONDS) happen on the first use
+    only. Otherwise the interval can run out between two counted requests on a loaded machine
+    (an extra query; CI counted one once). Nothing else changes: an hour is longer than any test."""
+    from registry.teams import tokens
+
+    settings.TOOLROOM_CACHE_REVALIDATE_SECONDS = 3600
+    monkeypatch.setattr(tokens, "LAST_USED_FLUSH_SECONDS", 3600)
+
+
+@pytest.fixture
 def committed(django_capture_on_commit_callbacks):
     """`with committed(): service(...)` runs the on-commit work (signals, version bumps) as a
     real commit would, inside the test's transaction."""

@@ -6,7 +6,11 @@ os.environ.setdefault("TOOLROOM_PROFILE", "test")
 # The suite talks to a real Redis (broker and cache); each run keeps its keys apart so runs that
 # share the server (CI twice, developers in parallel) never consume each other's tasks.
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
-os.environ.setdefault("TOOLROOM_BROKER_KEY_PREFIX", f"test-{os.getpid()}:")
+# Apart from each other too: a test that empties this run's cache (`test-<pid>:*`) must not take
+# the broker's keys with it. It once did, and with them the worker-direct exchange's routing table
+# (which a worker writes only as it starts): a runtime command sent to a worker's own queue was
+# then dropped (tests/gateway/test_gateway_runtime.py, `shared_cache`).
+os.environ.setdefault("TOOLROOM_BROKER_KEY_PREFIX", f"test-{os.getpid()}-broker:")
 os.environ.setdefault("TOOLROOM_CACHE_PREFIX", f"test-{os.getpid()}")
 # The sandbox's janitors touch only this run's containers and networks (another run, or a
 # quickstart, may share the Docker engine); the worker processes a test starts inherit it.

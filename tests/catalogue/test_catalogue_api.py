@@ -226,6 +226,7 @@ def test_it_lists_the_teams_servers_in_the_official_registry_shape(
 # --- ETags, 304s, caching -----------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("no_periodic_queries")
 def test_it_answers_304_to_a_current_etag_without_any_query(
     api_client, setup, django_assert_num_queries
 ):
@@ -239,6 +240,7 @@ def test_it_answers_304_to_a_current_etag_without_any_query(
     assert again["ETag"] == etag
 
 
+@pytest.mark.usefixtures("no_periodic_queries")
 def test_a_cached_catalogue_is_served_without_any_query(
     api_client, setup, django_assert_num_queries
 ):

@@ -30,6 +30,7 @@ def _headers(token, **extra):
     return {"Host": "127.0.0.1:8000", "Authorization": f"Bearer {token.plain}", **extra}
 
 
+@pytest.mark.usefixtures("no_periodic_queries")
 def test_it_answers_304_from_the_cache_like_django(agent, django_assert_num_queries):
     _, token, warm = agent
 
@@ -44,6 +45,7 @@ def test_it_answers_304_from_the_cache_like_django(agent, django_assert_num_quer
     assert headers["x-content-type-options"] == "nosniff"
 
 
+@pytest.mark.usefixtures("no_periodic_queries")
 def test_it_serves_the_cached_document_django_built(agent, django_assert_num_queries):
     _, token, warm = agent
 

@@ -38,6 +38,7 @@ def _check(token, name, arguments=None):
     )
 
 
+@pytest.mark.usefixtures("no_periodic_queries")
 def test_a_warm_call_with_nothing_changed_makes_no_query(setup, django_assert_num_queries):
     _, _, token = setup
     assert _check(token, "files__read_file").allowed  # builds the table (cold)
@@ -50,6 +51,7 @@ def test_a_warm_call_with_nothing_changed_makes_no_query(setup, django_assert_nu
     assert decision.target.tool_name == "read_file"
 
 
+@pytest.mark.usefixtures("no_periodic_queries")
 def test_the_cold_table_costs_a_constant_number_of_queries(setup, django_assert_num_queries):
     _, _, token = setup
     identity = token_authenticate(token.plain)
@@ -243,6 +245,7 @@ def test_the_gateway_mode_decides_which_runtimes_are_kept_warm(committed):
     assert servers["off"].pk not in plan.start
 
 
+@pytest.mark.usefixtures("no_periodic_queries")
 def test_the_gateway_knows_a_checked_token_while_its_team_version_holds(
     setup, committed, django_assert_num_queries
 ):

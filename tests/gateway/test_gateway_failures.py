@@ -172,11 +172,46 @@ def test_a_server_at_its_concurrency_limit_queues_then_refuses(gateway, token, v
     assert sorted(text_of(r) for r in results if not r.is_error) == ["slept", "slept"]
 
 
+# The call deadline of the servers the 100-session tests call. They test that 100 sessions
+# calling at once each get their own answer, not how fast: the 100 SDK clients run in this process
+# beside the gateway, so on a loaded two-core machine the 100 calls take seconds of CPU here and in
+# the server (measured at load 6-7: 1.6-9.5 s per call from the gateway to the server and back,
+# evenly spread, none stalled), and the default 5 s deadline failed a third to half of them and
+# then opened the circuit. A call that stalls still fails the test, at this deadline.
+LOADED_MACHINE_DEADLINE = 60
+
+
+class _Released:
+    """Sessions opened, then released to call at once: the release waits until every session
+    is open (a fixed pause did not cover the openings on a loaded machine)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.opened = 0
+        self.all_open = anyio.Event()
+        self.go = anyio.Event()
+
+    async def open_then_wait(self) -> None:
+        self.opened += 1
+        if self.opened == self.count:
+            self.all_open.set()
+        await self.go.wait()
+
+    async def release(self) -> None:
+        await self.all_open.wait()
+        self.go.set()
+
+
 def test_100_concurrent_sessions_call_at_once_without_an_error(gateway, token, echo):
+    server_gateway_policy_set(
+        actor="test", server=echo, call_deadline_seconds=LOADED_MACHINE_DEADLINE
+    )
+    released = _Released(100)
+
     async def session(index):
         mode = "legacy" if index % 2 else "auto"  # half with Mcp-Session-Id, half stateless
         async with gateway_client(gateway.url, token, mode=mode) as client:
-            await ready.wait()
+            await released.open_then_wait()
             return text_of(await client.call_tool("echo__echo", {"text": f"s{index}"}))
 
     async def run():
@@ -188,12 +223,9 @@ def test_100_concurrent_sessions_call_at_once_without_an_error(gateway, token, e
         async with anyio.create_task_group() as group:
             for index in range(100):
                 group.start_soon(one, index)
-            await anyio.sleep(0)
-            await anyio.sleep(2.0)  # let the sessions open, then release them at once
-            ready.set()
+            await released.release()
         return results
 
-    ready = anyio.Event()
     results = anyio.run(run)
 
     assert results == {index: f"s{index}" for index in range(100)}
@@ -298,22 +330,24 @@ def test_100_sessions_calling_when_the_upstream_dropped_the_pooled_session(gatew
     port = free_port()
     running = start_http_scenario(port=port)
     try:
-        _restarting_handshake_server(team, running.url)
+        server = _restarting_handshake_server(team, running.url)
+        server_gateway_policy_set(
+            actor="test", server=server, call_deadline_seconds=LOADED_MACHINE_DEADLINE
+        )
 
         async def calls(count):
             results = {}
-            ready = anyio.Event()
+            released = _Released(count)
 
             async def one(index):
                 async with gateway_client(gateway.url, token) as client:
-                    await ready.wait()
+                    await released.open_then_wait()
                     results[index] = await client.call_tool("restarting__add", {"a": index, "b": 1})
 
             async with anyio.create_task_group() as group:
                 for index in range(count):
                     group.start_soon(one, index)
-                await anyio.sleep(2.0)  # let the sessions open, then release them at once
-                ready.set()
+                await released.release()
             return results
 
         anyio.run(calls, 20)  # the pooled session is open and used by several calls

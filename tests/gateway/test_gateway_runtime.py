@@ -24,15 +24,34 @@ from tests.workers.test_worker_e2e import worker  # noqa: F401 (a real runtime w
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers]
 
 
-@pytest.fixture
-def shared_cache():
-    """The cache the worker process uses too (REDIS_URL, this test process's key prefix),
-    emptied first: ids repeat from test to test."""
+def _shared_cache_emptied() -> redis.Redis:
     prefix = settings.CACHES["default"]["KEY_PREFIX"]
     client = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
     for key in client.scan_iter(f"{prefix}:*"):
         client.delete(key)
     return client
+
+
+@pytest.fixture
+def shared_cache():
+    """The cache the worker process uses too (REDIS_URL, this test process's key prefix),
+    emptied first: ids repeat from test to test. The broker on the same Redis keeps its keys."""
+    return _shared_cache_emptied()
+
+
+def test_emptying_the_shared_cache_leaves_the_brokers_routing_alone():
+    """The broker's keys are outside the cache's prefix (tests/settings.py): emptying the cache
+    once deleted the worker-direct exchange's routing table a running worker had written, and
+    every runtime command sent to that worker's own queue was dropped from then on."""
+    prefix = settings.CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"]
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    table = f"{prefix}_kombu.binding.prefix-check"  # a routing table of no real exchange
+    client.sadd(table, "node@host\x06\x16\x06\x16node@host.dq2")
+    try:
+        _shared_cache_emptied()
+        assert client.exists(table)
+    finally:
+        client.delete(table)
 
 
 @pytest.fixture

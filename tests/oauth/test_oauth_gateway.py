@@ -72,6 +72,7 @@ class TestTheCallCheck:
         refused = call_check(identity=identity, name="files__write_file", arguments={"value": "x"})
         assert refused.code == checks.ROLE_FORBIDS
 
+    @pytest.mark.usefixtures("no_periodic_queries")
     def test_a_warm_call_with_a_persons_token_makes_no_query(
         self, checks_world, charlie, django_assert_num_queries
     ):

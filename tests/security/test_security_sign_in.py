@@ -119,6 +119,7 @@ def test_good_tokens_are_not_counted(client, agent_token):
         assert response.status_code == 200
 
 
+@pytest.mark.usefixtures("no_periodic_queries")
 def test_an_unknown_prefix_reaches_the_database_once(client, django_assert_num_queries):
     first = client.get("/api/v1/catalogue", HTTP_AUTHORIZATION=f"Bearer {UNKNOWN}")
     assert first.status_code == 401

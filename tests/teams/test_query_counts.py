@@ -49,6 +49,7 @@ def _grow_team(team, owner, rows: int) -> None:
         AgentTokenFactory(team=team)
 
 
+@pytest.mark.usefixtures("no_periodic_queries")
 @pytest.mark.parametrize("url", TEAM_LISTS)
 def test_the_team_api_lists_cost_the_same_with_one_row_or_eight(api_client, charlie, url):
     team = TeamFactory(slug="alpha")
@@ -94,6 +95,7 @@ def test_the_tool_change_page_is_a_fixed_number_of_queries(client, alice):
     assert _queries(client, reverse("admin:servers_tool_change", args=[tool.pk])) == 13
 
 
+@pytest.mark.usefixtures("no_periodic_queries")
 def test_the_team_change_page_grows_only_by_the_member_autocomplete(client, alice, charlie):
     team = TeamFactory(slug="alpha")
     services.team_member_set(actor="test", team=team, user=charlie, level=MembershipLevel.OWNER)
