@@ -16,8 +16,10 @@ from typing import Any
 import kombu.exceptions
 import redis.exceptions
 from celery import Celery
+from celery.utils.nodenames import worker_direct
 from django.conf import settings
 from django.db import transaction
+from kombu.entity import Exchange, Queue
 
 from registry.core.request_ids import TASK_HEADER, current_request_id
 
@@ -45,12 +47,11 @@ UPSTREAM_ACCOUNTS_PRUNE = "toolroom.upstream_accounts_prune"
 
 # Queues: general work (health checks, sweeps), discovery (apart, so slow servers being discovered
 # can never hold the slots the fleet's health checks need), and the queue every runtime worker
-# consumes (it also has a queue of its own, reached through Celery's worker-direct exchange, for
+# consumes (it also has a queue of its own, Celery's worker-direct queue "<node name>.dq2", for
 # the servers it holds warm).
 GENERAL_QUEUE = "toolroom"
 DISCOVERY_QUEUE = "discovery"
 RUNTIME_QUEUE = "runtime"
-WORKER_DIRECT_EXCHANGE = "C.dq2"
 
 
 # What a broker that is down, frozen or refusing writes raises at a send (kombu wraps connection
@@ -109,6 +110,25 @@ def _client() -> Celery:
     return app
 
 
+def worker_queue(worker: str) -> Queue:
+    """A worker's own queue, reached through the default exchange (its routing key is the queue's
+    name), not Celery's worker-direct exchange "C.dq2".
+
+    That exchange needs the broker's routing table: with Redis a set `_kombu.binding.C.dq2` that
+    a worker writes only as it declares its queues at start, and that a FLUSHDB, a restore from an
+    older snapshot, a failover or an eviction can take away; a message sent through it then has
+    no route and kombu drops it unseen, until the worker restarts. The default exchange has no
+    table: kombu's virtual transports (Redis, the file broker) put the message straight on the
+    queue its routing key names, as AMQP's default exchange does. Celery sends there when it is
+    given a queue whose exchange is direct and no exchange of the call's own (the shared queues
+    go the same way); an `exchange=""` with no queue would send to the default queue's name.
+    `no_declare`: a send never declares a queue for a worker that may be gone.
+    """
+    name: str = worker_direct(worker).name
+    direct = Exchange("")  # type: ignore[no-untyped-call]
+    return Queue(name, direct, routing_key=name, no_declare=True)  # type: ignore[no-untyped-call]
+
+
 def send_now(
     name: str,
     *,
@@ -123,7 +143,7 @@ def send_now(
     False tries once (a caller waiting on the answer). Raises BrokerUnavailable."""
     options: dict[str, Any] = {}
     if worker:
-        options.update(exchange=WORKER_DIRECT_EXCHANGE, routing_key=worker)
+        options.update(queue=worker_queue(worker))
     else:
         options.update(queue=queue or GENERAL_QUEUE)
     if expires is not None:
