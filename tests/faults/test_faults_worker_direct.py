@@ -2,7 +2,7 @@
 tables (kombu's `_kombu.binding.*` keys, written only as a worker declares its queues at start:
 gone after a FLUSHDB, a restore from an older snapshot, a failover to a replica that lacked them,
 an eviction). A real Celery worker on the real Redis holds a server warm; its tables are deleted;
-a stop sent to its own queue must still arrive and take effect, not be dropped unseen."""
+a restart and a stop sent to its own queue must still arrive and take effect, not vanish unseen."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tests.waiting import wait_for
 
 @pytest.fixture
 def worker(tmp_path):
-    # The runtime queue only: the stop must come through the worker's own queue, no other way.
+    # The runtime queue only: restart and stop can come only through the worker's own queue.
     # No beat either: its reconcile would stop an unwanted runtime by itself within 15 s.
     process = CeleryWorker(tmp_path / "worker.log", queues=task_queue.RUNTIME_QUEUE)
     try:
