@@ -257,7 +257,7 @@ def test_a_member_asks_why_and_why_not(page: Page, world):
     page.get_by_role("link", name="Why (not)?").click()
 
     page.get_by_label("Tool, by its catalogue name").fill("files__write_file")
-    page.get_by_role("button", name="Explain").click()
+    page.get_by_role("button", name="Explain tool").click()
     expect(page.get_by_role("heading", name="Role operations: callable")).to_be_visible()
     review = page.locator(
         "section", has=page.get_by_role("heading", name=re.compile("Role review"))
@@ -268,7 +268,7 @@ def test_a_member_asks_why_and_why_not(page: Page, world):
     )
 
     page.get_by_label("Tool, by its catalogue name").fill("clock__get_time")
-    page.get_by_role("button", name="Explain").click()
+    page.get_by_role("button", name="Explain tool").click()
     expect(page.locator("tr", has_text="The team has been given access").first).to_contain_text(
         "fails"
     )
