@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
@@ -10,6 +11,33 @@ from django.contrib.auth.models import Permission
 
 from tests.factories import UserFactory
 from tests.owned_postgres import own_database  # noqa: F401 (a fixture for every module)
+
+
+def _own_keys_cleared(self) -> bool:
+    """`RedisCache.clear` in the suite: only the keys under the cache's own prefix."""
+    if not self.key_prefix:
+        raise RuntimeError("a Redis cache without KEY_PREFIX: clear() would empty other runs' keys")
+    client = self._cache.get_client(None, write=True)
+    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.key_prefix) + ":*"
+    keys = list(client.scan_iter(match=pattern, count=1000))
+    if keys:
+        client.delete(*keys)
+    return True
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _redis_cache_clear_keeps_other_runs_keys():
+    """Django's `RedisCache.clear()` is FLUSHDB: every key of the database, and the suite's Redis
+    databases are shared with whatever else runs on the machine (CI, other runs in parallel). A
+    test's `cache.clear()` (test_gateway_search_mode.py, once per random example) emptied a
+    parallel run's handshake-session records: its gateway then answered 404 'Session not found'
+    to every session it had just opened (docs/development.md). In the suite, `clear()` empties
+    the keys under the cache's own prefix (each run and each `redis_cache` test has its own)."""
+    from django.core.cache.backends.redis import RedisCache
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RedisCache, "clear", _own_keys_cleared)
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -20,12 +20,13 @@ from uuid import uuid4
 
 import anyio
 from anyio.abc import TaskGroup
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.shared._stream_protocols import WriteStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCNotification, JSONRPCRequest
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
-from starlette.types import Message, Receive
+from starlette.types import Message, Receive, Scope
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,40 @@ async def buffered_body(receive: Receive) -> tuple[bytes, Receive]:
         return await receive()
 
     return body, replay
+
+
+def answer_request(session_id: str, body: bytes) -> tuple[Scope, Receive]:
+    """The POST of a client's answer another replica passed here, as if posted here (the
+    session's transport takes it as the client's)."""
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "root_path": "",
+        "query_string": b"",
+        "server": ("127.0.0.1", 0),
+        "client": ("127.0.0.1", 0),
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json, text/event-stream"),
+            (MCP_SESSION_ID_HEADER.encode(), session_id.encode()),
+            (b"content-length", str(len(body)).encode()),
+        ],
+    }
+    given = False
+
+    async def receive() -> Message:
+        nonlocal given
+        if given:
+            await anyio.sleep_forever()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return scope, receive
 
 
 def for_get_stream(item: SessionMessage) -> bool:

@@ -48,6 +48,7 @@ from workers.gateway.session_relay import (
     Relay,
     RelayedWrites,
     answer_owner,
+    answer_request,
     buffered_body,
 )
 
@@ -136,24 +137,28 @@ class SessionStore:
 
     def keys(self, session_id: str) -> list[str]:
         """The record's key and those kept beside it: what its client was told, where its GET
-        stream is open (session_relay.py), the log level its client set."""
+        stream is open (session_relay.py), the log level its client set, and the marker a
+        DELETE leaves (the session ended, not lost with Redis's data)."""
         key = self.key(session_id)
-        return [key, key + ":told", key + ":stream", key + ":log"]
+        return [key, key + ":told", key + ":stream", key + ":log", key + ":ended"]
 
-    async def touch(self, session_id: str) -> SessionRecord | None:
-        """The session's record (with its log level), its time-to-live renewed (one round
-        trip); None: no session."""
+    async def touch(self, session_id: str) -> tuple[SessionRecord | None, bool]:
+        """The session's record (with its log level; None: no record) and whether a DELETE
+        ended it, their time-to-live renewed (one round trip)."""
         keys = self.keys(session_id)
         async with self._guarded(), self.client.pipeline(transaction=False) as pipe:
             pipe.get(keys[0])
             pipe.get(keys[3])
+            pipe.exists(keys[4])
             for key in keys:
                 pipe.expire(key, self.ttl)
-            raw, level, *_ = await pipe.execute()
+            raw, level, ended, *_ = await pipe.execute()
         if raw is None:
-            return None
+            return None, bool(ended)
         record = SessionRecord.loads(raw)
-        return replace(record, log_level=level.decode()) if level is not None else record
+        if level is not None:
+            record = replace(record, log_level=level.decode())
+        return record, bool(ended)
 
     async def set_log_level(self, session_id: str, level: str) -> None:
         """The level the session's client set (`logging/setLevel`), for every replica."""
@@ -184,8 +189,13 @@ class SessionStore:
             await pipe.execute()
 
     async def delete(self, session_id: str) -> None:
-        async with self._guarded():
-            await self.client.delete(*self.keys(session_id))
+        """The session's keys removed, and the marker that it ended left for the replicas that
+        still hold it (renewed with its keys while one does)."""
+        keys = self.keys(session_id)
+        async with self._guarded(), self.client.pipeline(transaction=False) as pipe:
+            pipe.delete(*keys[:-1])
+            pipe.set(keys[-1], "1", ex=self.ttl)
+            await pipe.execute()
 
     def relay(self) -> Relay:
         """This replica's channel to the others (session_relay.py), on the same Redis."""
@@ -287,15 +297,21 @@ class SharedSessionManager(StreamableHTTPSessionManager):
             await super()._handle_stateful_request(scope, receive, send)
             return
         store = self.store
+        record: SessionRecord | None = None
+        ended = False
         if store is not None:
             try:
-                record = await store.touch(session_id)
+                record, ended = await store.touch(session_id)
             except STORE_ERRORS as exc:  # serve what this process holds; restore nothing
                 if not isinstance(exc, StoreUnavailable):
                     logger.warning("session store unreachable (%s): local sessions only", exc)
                 store = None
-        if store is not None and record is None and session_id in self.unrecorded:
-            record = await self._record_late(store, session_id)
+        if store is not None and record is None and not ended:
+            if session_id in self.unrecorded:
+                record = await self._record_late(store, session_id)
+            elif session_id in self.connections:  # held here, its record lost with Redis's data
+                logger.warning("session %s had no record: written again", session_id[:12])
+                record = await self._record_late(store, session_id)
         if store is not None:
             if record is None:  # ended on some replica, expired, or never issued
                 transport = self._server_instances.get(session_id)
@@ -510,34 +526,7 @@ class SharedSessionManager(StreamableHTTPSessionManager):
         if transport is None:
             logger.info("an answer for session %s came after it left", session_id[:12])
             return
-        body = json.dumps(message).encode()
-        scope: Scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/mcp",
-            "raw_path": b"/mcp",
-            "root_path": "",
-            "query_string": b"",
-            "server": ("127.0.0.1", 0),
-            "client": ("127.0.0.1", 0),
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"accept", b"application/json, text/event-stream"),
-                (MCP_SESSION_ID_HEADER.encode(), session_id.encode()),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-        given = False
-
-        async def receive() -> Message:
-            nonlocal given
-            if given:
-                await anyio.sleep_forever()
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        scope, receive = answer_request(session_id, json.dumps(message).encode())
 
         async def ignore(message: Message) -> None:
             return None
