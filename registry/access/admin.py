@@ -10,20 +10,15 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
-from registry.access.explain import (
-    AccessExplanation,
-    access_explain,
-    tool_by_name,
-    tool_names_to_pick,
-)
+from registry.access.explain import tool_by_name, tool_names_to_pick
 from registry.access.explain_items import (
-    ITEM_KINDS,
-    expansion_of,
+    asked_about,
+    explain_for_roles,
     item_by_name,
-    item_explain,
     item_names_to_pick,
 )
 from registry.access.private_data import RatchetUnavailable, private_data_marks, private_data_reset
+from registry.access.rule_types import Kind
 from registry.teams.admin import TeamAdmin
 
 
@@ -33,28 +28,14 @@ def why_not_view(team_admin: TeamAdmin, request: HttpRequest, object_id: str) ->
     team = team_admin.get_object(request, object_id)
     if team is None or not team_admin.has_view_permission(request, team):
         raise PermissionDenied
-    kind, name = next(
-        ((kind, value) for kind in ("tool", *ITEM_KINDS) if (value := request.GET.get(kind))),
-        ("tool", ""),
-    )
-    name = name.strip()[:2000]
-    roles = list(team.roles.order_by("name"))
-    explanations: list[AccessExplanation] = []
-    found = False
-    if name and kind == "tool":
-        tool = tool_by_name(name=name)
-        found = tool is not None
-        if tool is not None:
-            explanations = [access_explain(team=team, role=role, tool=tool) for role in roles]
-    elif name:
-        item = item_by_name(kind=kind, name=name)
-        found = item is not None
-        if item is not None:
-            expanded = expansion_of(item, name)
-            explanations = [
-                item_explain(team=team, role=role, item=item, expanded_uri=expanded)
-                for role in roles
-            ]
+    kind, name = asked_about(request.GET)
+    name = name[:2000]
+    subject = None
+    if name:
+        subject = (
+            tool_by_name(name=name) if kind == Kind.TOOL else item_by_name(kind=kind, name=name)
+        )
+    explanations = explain_for_roles(team=team, subject=subject, name=name)
     return TemplateResponse(
         request,
         "admin/access/team_explain.html",
@@ -65,7 +46,7 @@ def why_not_view(team_admin: TeamAdmin, request: HttpRequest, object_id: str) ->
             "team": team,
             "kind": kind,
             "name": name,
-            "error": f"No {kind} is named '{name}'." if name and not found else "",
+            "error": f"No {kind} is named '{name}'." if name and subject is None else "",
             "explanations": explanations,
             "tool_names": tool_names_to_pick(),
             "resource_names": item_names_to_pick(kind="resource"),

@@ -6,6 +6,7 @@ More: docs/access.md, "Resources and prompts are approved one by one".
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from django.conf import settings
@@ -14,6 +15,7 @@ from django.utils import timezone
 
 from registry.access.explain import (
     AccessExplanation,
+    access_explain,
     grant_is_active,
     grants_with_requests,
     rule_results,
@@ -30,7 +32,7 @@ from registry.catalogue.naming import (
 )
 from registry.catalogue.uri_templates import template_matches, template_pattern
 from registry.servers.gateway_policy import GatewayMode, ServerGatewayPolicy
-from registry.servers.models import ReviewStatus, ServerPrompt, ServerResource
+from registry.servers.models import ReviewStatus, ServerPrompt, ServerResource, Tool
 from registry.teams.callers import Caller
 from registry.teams.models import Grant, Team, TeamRole
 
@@ -232,3 +234,30 @@ def item_explain(
         kind=record.kind,
         expanded_uri=expanded_uri,
     )
+
+
+def asked_about(query: Mapping[str, str]) -> tuple[str, str]:
+    """What a "Why (not)?" page is asked about: the kind (`tool`, `resource`, `prompt`: the first
+    of those parameters given) and the name, stripped; ('tool', '') when none is given."""
+    kind, name = next(
+        ((kind, value) for kind in (Kind.TOOL, *ITEM_KINDS) if (value := query.get(kind))),
+        (Kind.TOOL, ""),
+    )
+    return kind, name.strip()
+
+
+def explain_for_roles(
+    *, team: Team, subject: Tool | Item | None, name: str
+) -> list[AccessExplanation]:
+    """The team's access to a tool, resource or prompt (`subject`, found by `name`; none: no
+    explanation), for each of its roles by name: `access_explain` or `item_explain` (with the
+    concrete URI asked about when `name` is read through the template `subject`)."""
+    if subject is None:
+        return []
+    roles = team.roles.order_by("name")
+    if isinstance(subject, Tool):
+        return [access_explain(team=team, role=role, tool=subject) for role in roles]
+    expanded = expansion_of(subject, name)
+    return [
+        item_explain(team=team, role=role, item=subject, expanded_uri=expanded) for role in roles
+    ]

@@ -21,16 +21,10 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from registry.access.explain import (
-    AccessExplanation,
-    access_explain,
-    tool_for_agent_name,
-    tool_names_to_pick,
-)
+from registry.access.explain import tool_for_agent_name, tool_names_to_pick
 from registry.access.explain_items import (
-    ITEM_KINDS,
-    expansion_of,
-    item_explain,
+    asked_about,
+    explain_for_roles,
     item_for_agent_name,
     item_names_to_pick,
 )
@@ -464,29 +458,17 @@ def explain(request: HttpRequest, team: Team) -> HttpResponse:
     `item_explain` the API and the admin answer with. Only what the team may ask about is
     explained (an approved server's, or one its grants cover); anything else reads like a name
     that does not exist."""
-    kind, name = next(
-        ((kind, value) for kind in ("tool", *ITEM_KINDS) if (value := request.GET.get(kind))),
-        ("tool", ""),
-    )
-    name = name.strip()[: 2000 if kind == Kind.RESOURCE else 200]
-    roles = list(team.roles.order_by("name"))
-    explanations: list[AccessExplanation] = []
-    found = False
-    if name and kind == "tool":
-        tool = tool_for_agent_name(team=team, name=name)
-        found = tool is not None
-        if tool is not None:
-            explanations = [access_explain(team=team, role=role, tool=tool) for role in roles]
-    elif name:
-        item = item_for_agent_name(team=team, kind=kind, name=name)
-        found = item is not None
-        if item is not None:
-            expanded = expansion_of(item, name)
-            explanations = [
-                item_explain(team=team, role=role, item=item, expanded_uri=expanded)
-                for role in roles
-            ]
-    error = f"No {kind} you may ask about is named '{name}'." if name and not found else ""
+    kind, name = asked_about(request.GET)
+    name = name[: 2000 if kind == Kind.RESOURCE else 200]
+    subject = None
+    if name:
+        subject = (
+            tool_for_agent_name(team=team, name=name)
+            if kind == Kind.TOOL
+            else item_for_agent_name(team=team, kind=kind, name=name)
+        )
+    explanations = explain_for_roles(team=team, subject=subject, name=name)
+    error = f"No {kind} you may ask about is named '{name}'." if name and subject is None else ""
     return render(
         request,
         "portal/explain.html",
