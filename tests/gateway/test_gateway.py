@@ -14,7 +14,6 @@ from registry.gateway.models import CallOutcome, ToolCall
 from registry.teams import services as team_services
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
 from tests.gateway_helpers import (
-    RunningGateway,
     discovered_http_server,
     gateway_client,
     text_of,
@@ -27,13 +26,6 @@ pytestmark = [
     pytest.mark.usefixtures("redis_cache"),
     pytest.mark.processes,
 ]
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from tests.factories import (
     AgentTokenFactory,
     GrantFactory,
 )
-from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client, text_of
+from tests.gateway_helpers import discovered_http_server, gateway_client, text_of
 from tests.mcp_fixtures import free_port, http_scenario_server, start_http_scenario  # noqa: F401
 from workers.adapters.mcp_client import McpFailure
 from workers.health import run_health_batch
@@ -28,13 +28,6 @@ pytestmark = [
     pytest.mark.usefixtures("redis_cache"),
     pytest.mark.processes,
 ]
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 @pytest.fixture

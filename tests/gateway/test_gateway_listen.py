@@ -17,7 +17,7 @@ from registry.servers.models import Tool
 from registry.teams import services as team_services
 from registry.teams.models import AgentToken
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
-from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client
+from tests.gateway_helpers import discovered_http_server, gateway_client
 from tests.mcp_fixtures import http_scenario_server  # noqa: F401 (a fixture)
 
 pytestmark = [
@@ -28,13 +28,6 @@ pytestmark = [
 
 # The watcher reads the version once a second; a change is told well within this.
 TOLD_WITHIN = 4.0
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 def _in_thread(fn):

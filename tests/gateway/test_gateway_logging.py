@@ -12,7 +12,7 @@ import pytest
 
 from registry.servers.models import ServerStatus
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
-from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client, text_of
+from tests.gateway_helpers import discovered_http_server, gateway_client, text_of
 from tests.mcp_fixtures import start_http_scenario
 
 pytestmark = [
@@ -22,13 +22,6 @@ pytestmark = [
 ]
 
 EXPECTED = [("info", "info from chatty"), ("warning", "warning from chatty")]
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 @pytest.fixture

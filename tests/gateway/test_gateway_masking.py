@@ -10,7 +10,7 @@ import pytest
 from registry.core.secret_fields import MASK
 from registry.servers.models import McpServer
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
-from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client, text_of
+from tests.gateway_helpers import discovered_http_server, gateway_client, text_of
 from tests.mcp_fixtures import start_http_scenario
 
 pytestmark = [
@@ -20,13 +20,6 @@ pytestmark = [
 ]
 
 SECRET = "sk-live-0f9e8d7c6b5a4321"
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 def test_an_upstream_error_that_echoes_the_server_secret_is_masked(gateway):

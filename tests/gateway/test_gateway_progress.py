@@ -15,7 +15,7 @@ import pytest
 from registry.gateway.services import server_gateway_policy_set
 from registry.servers.models import ServerStatus
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
-from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client, text_of
+from tests.gateway_helpers import discovered_http_server, gateway_client, text_of
 from tests.mcp_fixtures import start_http_scenario
 
 pytestmark = [
@@ -23,13 +23,6 @@ pytestmark = [
     pytest.mark.usefixtures("redis_cache"),
     pytest.mark.processes,
 ]
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 
 from registry.servers.models import ServerStatus
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
-from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client, text_of
+from tests.gateway_helpers import discovered_http_server, gateway_client, text_of
 from tests.mcp_fixtures import start_http_scenario
 
 pytestmark = [
@@ -27,13 +27,6 @@ pytestmark = [
 
 # A refused question ends the call well before the 5 s deadline.
 REFUSED_WITHIN = 3.0
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from registry.gateway.services import server_gateway_policy_set
 from registry.servers.models import McpServer, ServerStatus
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
-from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client, text_of
+from tests.gateway_helpers import discovered_http_server, gateway_client, text_of
 from tests.mcp_fixtures import start_http_scenario
 from tests.tcp_faults import FaultyProxy
 
@@ -28,13 +28,6 @@ pytestmark = [
 # The pauses, each measured between two arrivals; the shared CPU adds a little to each.
 BACKOFF = [1.0, 2.0, 4.0]
 SLACK = 0.6
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 
 from registry.servers.models import ServerStatus
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
-from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client, text_of
+from tests.gateway_helpers import discovered_http_server, gateway_client, text_of
 from tests.mcp_fixtures import SAMPLING_SERVER, start_http_scenario
 
 pytestmark = [
@@ -34,13 +34,6 @@ MODES = pytest.mark.parametrize(
 UPSTREAMS = pytest.mark.parametrize(
     "upstream_protocol", ["2025-11-25", None], ids=["upstream handshake", "upstream 2026-07-28"]
 )
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 @pytest.fixture

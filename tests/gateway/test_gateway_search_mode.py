@@ -31,7 +31,6 @@ from tests.catalogue.test_catalogue_permissions import (
 )
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
 from tests.gateway_helpers import (
-    RunningGateway,
     discovered_http_server,
     gateway_client,
     text_of,
@@ -53,13 +52,6 @@ def _fresh_kept_state():
     forget_all()
     yield
     forget_all()
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from django.core.cache.backends.redis import RedisCache
 from mcp import MCPError
 
 from tests.conftest import CATALOGUE_REDIS_URL
-from tests.gateway.test_gateway_failures import echo, gateway, token  # noqa: F401 (fixtures)
+from tests.gateway.test_gateway_failures import echo, token  # noqa: F401 (fixtures)
 from tests.gateway_helpers import gateway_client, text_of
 from tests.mcp_fixtures import http_scenario_server  # noqa: F401 (a fixture)
 from workers.gateway.shared_sessions import SessionStore
@@ -44,7 +44,7 @@ def test_a_cache_clear_empties_its_own_keys_and_leaves_other_runs_keys(redis_cac
 
 
 def test_a_handshake_session_is_served_after_another_run_clears_its_cache(
-    gateway,  # noqa: F811 (the fixtures imported above)
+    gateway,
     token,  # noqa: F811
     echo,  # noqa: F811
 ):
@@ -62,13 +62,13 @@ def test_a_handshake_session_is_served_after_another_run_clears_its_cache(
     assert anyio.run(run) == ("before", "after")
 
 
-def _held_session(gateway) -> str:  # noqa: F811
+def _held_session(gateway) -> str:
     (session_id,) = gateway.app.state.sessions.connections
     return str(session_id)
 
 
 def test_a_held_session_whose_record_redis_lost_is_recorded_again_and_served(
-    gateway,  # noqa: F811
+    gateway,
     token,  # noqa: F811
     echo,  # noqa: F811
     redis_cache,
@@ -95,7 +95,7 @@ def test_a_held_session_whose_record_redis_lost_is_recorded_again_and_served(
 
 
 def test_a_held_session_ended_on_another_replica_is_refused(
-    gateway,  # noqa: F811
+    gateway,
     token,  # noqa: F811
     echo,  # noqa: F811
     settings,

@@ -16,7 +16,7 @@ from registry.catalogue.formats import NOT_CALLABLE_KEY, TOOLROOM_META
 from registry.servers.tool_definitions import TASK_REQUIRED_REASON
 from registry.teams import services as team_services
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
-from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client, text_of
+from tests.gateway_helpers import discovered_http_server, gateway_client, text_of
 from tests.mcp_fixtures import start_http_scenario
 
 pytestmark = [
@@ -26,13 +26,6 @@ pytestmark = [
 ]
 
 RESEARCH_DESCRIPTION = "Research a question at length (it must be called as a task)."
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 @pytest.fixture

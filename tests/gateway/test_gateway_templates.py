@@ -8,7 +8,7 @@ import pytest
 from mcp import MCPError
 
 from tests.factories import AgentTokenFactory, GrantFactory, TeamFactory
-from tests.gateway_helpers import RunningGateway, discovered_http_server, gateway_client
+from tests.gateway_helpers import discovered_http_server, gateway_client
 from tests.mcp_fixtures import start_http_scenario
 
 pytestmark = [
@@ -16,13 +16,6 @@ pytestmark = [
     pytest.mark.usefixtures("redis_cache"),
     pytest.mark.processes,
 ]
-
-
-@pytest.fixture
-def gateway():
-    running = RunningGateway()
-    yield running
-    running.stop()
 
 
 @pytest.fixture
